@@ -1,0 +1,240 @@
+"""Build and run federations from Python: the functions the CLI is a thin layer over.
+
+>>> from fedkit_core import run
+>>> results = run({"task": "synthetic", "rounds": 2})          # doctest: +SKIP
+>>> results.final["global"]["bacc"]                             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedkit_core.config import CORE_OPTIONS, Config, load_yaml, peek, resolve
+from fedkit_core.engines.client import ClientRuntime
+from fedkit_core.engines.local import Checkpointer, LocalTransport
+from fedkit_core.engines.server import Observer, Server
+from fedkit_core.errors import FedkitError
+from fedkit_core.options import Option
+from fedkit_core.partitions import partition
+from fedkit_core.plugins import PluginSet
+from fedkit_core.results.plots import plot_run
+from fedkit_core.results.schema import Results, build_results, metrics_csv
+from fedkit_core.results.store import RunDir, write_json, write_text
+from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION, ClientData, TaskInfo
+from fedkit_core.tasks.loading import load_task
+from fedkit_core.tasks.registry import get_task
+
+ConfigLike = Mapping[str, Any] | str | Path | None
+
+
+def _layers(config: ConfigLike | Sequence[ConfigLike]) -> list[Mapping[str, Any]]:
+    items = config if isinstance(config, (list, tuple)) else [config]
+    out = []
+    for item in items:
+        if item is None:
+            continue
+        out.append(load_yaml(item) if isinstance(item, (str, Path)) else dict(item))
+    return out
+
+
+def resolve_config(
+    config: ConfigLike | Sequence[ConfigLike] = None, plugins: Mapping[str, Any] | None = None
+) -> tuple[Config, PluginSet]:
+    """Validate ``config`` (a dict, a YAML path, or a list of them, later ones winning) and
+    activate its plugins (plus ``plugins``: throwaway ``{name: object}`` plugins)."""
+    layers = _layers(config)
+    names = peek(layers, "plugins", []) or []
+    names = Option("plugins", "list[str]", []).coerce(names, "plugins")
+    names = [n for n in names if n != "fedavg"] + [n for n in (plugins or {}) if n not in names]
+    plugin_set = PluginSet(names, plugins)
+    spec = get_task(str(peek(layers, "task.name", "synthetic")))
+    task_options = [
+        Option(f"task.{o.name}", o.type, o.default, o.help, o.choices, o.nullable)
+        for o in spec.options
+    ]
+    layers.append({"plugins": names})
+    cfg = resolve(layers, [*CORE_OPTIONS, *task_options, *plugin_set.options()], spec.defaults)
+    values = dict(cfg)
+    if values["loss"] == "auto":
+        values["loss"] = "dice" if spec.kind == SEGMENTATION else "ce"
+    values["task.path"] = spec.resolve_path(values["task.path"])
+    if values["model"] == "auto":
+        values["model"] = "unet" if spec.kind == SEGMENTATION else "cnn"
+    if spec.kind == CLASSIFICATION and values["loss"] in ("dice", "dice_ce"):
+        raise FedkitError(
+            f"loss={values['loss']} is for segmentation; task {spec.name!r} is classification"
+        )
+    for key in ("rounds", "local_epochs", "batch_size", "eval_batch_size", "eval_every"):
+        if values[key] < 1:
+            raise FedkitError(f"{key} must be at least 1, got {values[key]}")
+    if not 0 < values["sample_fraction"] <= 1:
+        raise FedkitError(f"sample_fraction must lie in (0, 1], got {values['sample_fraction']}")
+    if values["clients"] is not None and values["clients"] < 1:
+        raise FedkitError(f"clients must be at least 1, got {values['clients']}")
+    return Config(values, cfg.options), plugin_set
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise FedkitError(f"device={name!r} is not a torch device: {err}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise FedkitError("device=cuda was asked for but no CUDA GPU is available")
+    return device
+
+
+@dataclass
+class Federation:
+    """Everything a run needs before its first round: config, plugins, data, clients."""
+
+    config: Config
+    plugins: PluginSet
+    task: TaskInfo
+    clients: dict[str, ClientData]
+    device: torch.device
+
+
+def prepare(config: Config, plugins: PluginSet) -> Federation:
+    """Load and partition the task's data and describe it."""
+    data = load_task(config)
+    clients = partition(data, config)
+    shot_groups = data.shot_groups
+    thresholds = config["task.shot_thresholds"]
+    if thresholds and data.kind == CLASSIFICATION:
+        if len(thresholds) != 2:
+            raise FedkitError("task.shot_thresholds must be [many, few]")
+        counts = sum(np.asarray(c.info().class_counts) for c in clients.values())
+        many, few = thresholds
+        shot_groups = {
+            "head": [c for c, n in enumerate(counts) if n > many],
+            "medium": [c for c, n in enumerate(counts) if few <= n <= many],
+            "tail": [c for c, n in enumerate(counts) if n < few],
+        }
+    sample = data.sample_split().images
+    task = TaskInfo(
+        name=config["task.name"],
+        kind=data.kind,
+        class_names=list(data.class_names),
+        in_channels=int(sample.shape[1]),
+        image_shape=tuple(int(s) for s in next(iter(clients.values()))["train"].images.shape[2:]),
+        clients={cid: c.info() for cid, c in clients.items()},
+        shot_groups=shot_groups,
+    )
+    return Federation(config, plugins, task, clients, pick_device(config["device"]))
+
+
+def default_out(config: Config) -> Path:
+    label = config["name"] or "+".join(config["plugins"] or ["fedavg"]) + "-" + config["task.name"]
+    base = Path("runs") / f"{label}-{datetime.now():%Y%m%d-%H%M%S}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def run(
+    config: ConfigLike | Sequence[ConfigLike] = None,
+    *,
+    plugins: Mapping[str, Any] | None = None,
+    out: str | Path | None = None,
+    observer: Observer | None = None,
+) -> Results:
+    """Run a federation and return its results.
+
+    ``config``: a dict of config keys (nested or dotted), a YAML path, or a list of those.
+    ``plugins``: extra plugin objects by name (e.g. defined in the embedding code).
+    ``out``: a directory for results.json, metrics.csv, plots and checkpoints; ``None``
+    keeps everything in memory.
+    """
+    cfg, plugin_set = resolve_config(config, plugins)
+    run_dir = RunDir(out) if out is not None else None
+    if run_dir is not None:
+        run_dir.create()
+        run_dir.save_config(cfg.nested())
+    return _execute(cfg, plugin_set, run_dir, observer, resume=False)
+
+
+def resume(
+    out: str | Path, *, plugins: Mapping[str, Any] | None = None, observer: Observer | None = None
+) -> Results:
+    """Continue the run in ``out`` from its last completed round (same final results as an
+    uninterrupted run). A complete run is returned as it is."""
+    run_dir = RunDir(out)
+    saved = run_dir.load_config()
+    if run_dir.results.is_file() and run_dir.load_results().get("status") == "complete":
+        return Results(run_dir.load_results())
+    cfg, plugin_set = resolve_config(saved, plugins)
+    if not cfg["checkpoint"]:
+        raise FedkitError(f"{out} was run with checkpoint=false and cannot be resumed")
+    return _execute(cfg, plugin_set, run_dir, observer, resume=True)
+
+
+def _execute(
+    cfg: Config,
+    plugin_set: PluginSet,
+    run_dir: RunDir | None,
+    observer: Observer | None,
+    resume: bool,
+) -> Results:
+    if cfg["engine"] != "local":
+        raise FedkitError(f"engine={cfg['engine']} is not available in this installation")
+    started = time.perf_counter()
+    fed = prepare(cfg, plugin_set)
+    if fed.device.type == "cuda":
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+    observer = observer or Observer()
+    server = Server(cfg, plugin_set, fed.task, fed.device, observer)
+    clients = {
+        cid: ClientRuntime(cid, data, fed.task, cfg, plugin_set, fed.device)
+        for cid, data in fed.clients.items()
+    }
+    transport = LocalTransport(clients, observer)
+    checkpointer = Checkpointer(run_dir.checkpoint) if run_dir and cfg["checkpoint"] else None
+    saved = checkpointer.load() if (checkpointer and resume) else None
+    server.setup(priors=saved[0]["priors"] if saved else None)
+    server.setup_clients(transport, clients)
+    if saved:
+        server.restore(saved[0])
+        for cid, state in saved[1].items():
+            clients[cid].load_state_dict(state)
+    server.seconds += time.perf_counter() - started
+
+    def write(status: str) -> Results:
+        results = build_results(
+            status=status,
+            config=cfg.nested(),
+            plugins=plugin_set.run_versions(),
+            task=fed.task.to_dict(),
+            device=str(fed.device),
+            records=server.records,
+            events=server.events,
+            wall_seconds=server.seconds,
+        )
+        if run_dir is not None:
+            write_json(run_dir.results, results)
+            write_text(run_dir.metrics_csv, metrics_csv(server.records))
+        return results
+
+    def after_round(srv: Server) -> None:
+        if checkpointer is not None:
+            checkpointer.save(srv, clients)
+        write("running")
+
+    server.run(transport, on_round=after_round)
+    results = write("complete")
+    if run_dir is not None:
+        plot_run(results, run_dir.path)
+    return results

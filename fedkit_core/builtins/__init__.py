@@ -1,0 +1,1 @@
+"""The core's own behaviour, written as plugins on the same hooks third parties use."""

@@ -1,0 +1,14 @@
+"""The built-in model builder, driven by the ``model``, ``pretrained`` and ``model_weights`` keys."""
+
+from __future__ import annotations
+
+from fedkit_core.hookspecs import hookimpl
+from fedkit_core.models import build_model
+
+
+@hookimpl(trylast=True)
+def fedkit_build_model(ctx):
+    cfg = ctx.config
+    return build_model(
+        ctx.task, cfg["model"], cfg["pretrained"], cfg["model_weights"], tuple(cfg["unet_channels"])
+    )

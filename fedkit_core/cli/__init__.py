@@ -1,0 +1,54 @@
+"""Entry point of the ``fedkit`` command: runs the Typer app and turns errors into exit codes.
+
+User errors (:class:`FedkitError`) print one message and exit 2; ``--debug`` anywhere on
+the command line shows the traceback instead. An interrupted run exits 130 and says how to
+resume it. Anything else is a bug: exit 1 with a short message.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    args = [a for a in args if a != "--debug"]
+    from fedkit_core.cli.app import app, err_console
+    from fedkit_core.errors import FedkitError
+
+    command = __import__("typer").main.get_command(app)
+    try:
+        command.main(args=args, prog_name="fedkit", standalone_mode=False)
+        return 0
+    except click.exceptions.Exit as done:
+        return done.exit_code
+    except click.ClickException as err:
+        err.show()
+        return 2
+    except click.exceptions.Abort:
+        err_console.print("aborted")
+        return 130
+    except FedkitError as err:
+        if debug:
+            raise
+        err_console.print(f"[bold red]error:[/] {err}", highlight=False)
+        return err.exit_code
+    except KeyboardInterrupt:
+        err_console.print("interrupted: continue the run with `fedkit resume RUN_DIR`")
+        return 130
+    except Exception as err:
+        if debug:
+            raise
+        err_console.print(
+            f"[bold red]internal error:[/] {type(err).__name__}: {err}\n"
+            "This is a bug in fedkit or a plugin; rerun with --debug for the traceback.",
+            highlight=False,
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

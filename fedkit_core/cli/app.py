@@ -1,0 +1,281 @@
+"""The ``fedkit`` commands: run, resume, compare, report, plugins, tasks, data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from fedkit_core.config import load_yaml, parse_sets
+
+app = typer.Typer(
+    help="fedkit: run, compare and reproduce federated learning methods on medical images.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+PluginOpt = typer.Option(
+    [], "--plugin", "-p", help="method plugin to activate (repeatable; fedavg = none)"
+)
+TaskOpt = typer.Option(None, "--task", "-t", help="task name (see `fedkit tasks`)")
+ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config file")
+SetOpt = typer.Option([], "--set", "-s", help="override a config key: key=value (repeatable)")
+RoundsOpt = typer.Option(None, "--rounds", help="communication rounds")
+ClientsOpt = typer.Option(None, "--clients", help="number of clients")
+SeedOpt = typer.Option(None, "--seed", help="random seed")
+EngineOpt = typer.Option(None, "--engine", help="local or flower")
+DeviceOpt = typer.Option(None, "--device", help="auto, cpu, cuda, ...")
+QuietOpt = typer.Option(False, "--quiet", "-q", help="no progress display")
+
+
+def _layers(
+    config: Path | None, plugins: list[str], task: str | None, sets: list[str], **flags: Any
+) -> list[dict[str, Any]]:
+    """Config layers, lowest priority first: YAML file, --plugin/--task, --set, flags."""
+    layers: list[dict[str, Any]] = []
+    base = load_yaml(config) if config else {}
+    layers.append(base)
+    cli: dict[str, Any] = {}
+    if plugins:
+        cli["plugins"] = list(base.get("plugins") or []) + list(plugins)
+    if task:
+        cli["task.name"] = task
+    layers.append(cli)
+    layers.append(parse_sets(sets))
+    layers.append({k: v for k, v in flags.items() if v is not None})
+    return layers
+
+
+def _finish(results: dict[str, Any], out: Path, quiet: bool) -> None:
+    from fedkit_core.cli.display import results_table
+
+    if quiet:
+        console.print(str(out))
+        return
+    final = results["final"]
+    main = results["task"]["main_metric"]
+    console.print(results_table(results, f"final metrics (round {final['round']})"))
+    fair, best = final.get("fairness", {}), final.get("best", {})
+    if fair:
+        console.print(
+            f"fairness ({main}): std {fair['std']:.4f}, worst {fair['worst']:.4f} "
+            f"(client {fair['worst_client']})"
+        )
+    if best:
+        console.print(
+            f"best round on validation: {best['round']} "
+            f"(test {main} {best['global'].get(main, float('nan')):.4f})"
+        )
+    for event in results.get("events", []):
+        console.print(
+            f"[yellow]round {event['round']}: client {event['client']} failed in "
+            f"{event['phase']}: {event['error']}"
+        )
+    console.print(f"wall time {final['wall_seconds']:.1f} s; results in [bold]{out}[/]")
+
+
+def _progress(quiet: bool, title: str = ""):
+    from contextlib import nullcontext
+
+    from fedkit_core.cli.display import RichProgress
+
+    return nullcontext(None) if quiet else RichProgress(console, title)
+
+
+@app.command()
+def run(
+    plugin: list[str] = PluginOpt,
+    task: str | None = TaskOpt,
+    config: Path | None = ConfigOpt,
+    set_: list[str] = SetOpt,
+    rounds: int | None = RoundsOpt,
+    clients: int | None = ClientsOpt,
+    seed: int | None = SeedOpt,
+    engine: str | None = EngineOpt,
+    device: str | None = DeviceOpt,
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="run directory (default runs/<name>-<time>)"
+    ),
+    quiet: bool = QuietOpt,
+) -> None:
+    """Run one federation. With no arguments: FedAvg on the built-in synthetic task."""
+    from fedkit_core import api
+
+    layers = _layers(
+        config,
+        plugin,
+        task,
+        set_,
+        rounds=rounds,
+        clients=clients,
+        seed=seed,
+        engine=engine,
+        device=device,
+    )
+    cfg, _ = api.resolve_config(layers)
+    out = out or api.default_out(cfg)
+    with _progress(quiet, "rounds") as progress:
+        results = api.run(layers, out=out, observer=progress)
+    _finish(results, out, quiet)
+
+
+@app.command()
+def resume(
+    run_dir: Path = typer.Argument(..., help="the run directory to continue"),
+    quiet: bool = QuietOpt,
+) -> None:
+    """Continue an interrupted run from its last completed round."""
+    from fedkit_core import api
+
+    with _progress(quiet, "rounds") as progress:
+        results = api.resume(run_dir, observer=progress)
+    _finish(results, run_dir, quiet)
+
+
+@app.command()
+def compare(
+    runspecs: list[str] = typer.Argument(
+        ..., help="plugin names, combinations a+b, or YAML configs"
+    ),
+    seeds: str = typer.Option("0,1,2", "--seeds", help="comma-separated seeds"),
+    task: str | None = TaskOpt,
+    config: Path | None = ConfigOpt,
+    set_: list[str] = SetOpt,
+    rounds: int | None = RoundsOpt,
+    clients: int | None = ClientsOpt,
+    engine: str | None = EngineOpt,
+    device: str | None = DeviceOpt,
+    out: Path = typer.Option(Path("runs/compare"), "--out", "-o", help="output directory"),
+    quiet: bool = QuietOpt,
+) -> None:
+    """Run several methods on the same task, partition and seeds; tabulate mean ± std."""
+    from fedkit_core import api
+    from fedkit_core.errors import FedkitError
+    from fedkit_core.results import compare as cmp
+    from fedkit_core.results.store import RunDir
+
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        raise FedkitError(f"--seeds expects comma-separated integers, got {seeds!r}") from None
+    base = _layers(
+        config, [], task, [], rounds=rounds, clients=clients, engine=engine, device=device
+    )
+    sets = parse_sets(set_)
+    for spec in runspecs:  # fail fast on a bad runspec or key, before hours of training
+        layer = cmp.runspec_layer(spec)
+        api.resolve_config([*base, layer, cmp.drop_foreign_sets(sets, layer.get("plugins") or [])])
+    total = len(runspecs) * len(seed_list)
+    counter = iter(range(1, total + 1))
+
+    def run_one(layers, path, spec, seed):
+        title = f"[{next(counter)}/{total}] {spec} seed {seed}"
+        with _progress(quiet, title) as progress:
+            if RunDir(path).is_run():
+                return api.resume(path, observer=progress)
+            return api.run(layers, out=path, observer=progress)
+
+    table = cmp.compare(runspecs, seeds=seed_list, out=out, base=base, sets=sets, run_one=run_one)
+    if not quiet:
+        console.print((out / "compare.md").read_text())
+    console.print(
+        f"comparison of {len(table)} runspecs in [bold]{out}[/] (compare.json, compare.md, compare.png)"
+    )
+
+
+@app.command()
+def report(
+    run_dirs: list[Path] = typer.Argument(..., help="one or more run directories"),
+    out: Path = typer.Option(
+        Path("report.png"), "--out", "-o", help="overlay plot when several runs"
+    ),
+) -> None:
+    """Re-plot and summarise one or several runs."""
+    from fedkit_core.cli.display import rows_table
+    from fedkit_core.results.report import report as make_report
+
+    rows, plots = make_report(run_dirs, out)
+    console.print(rows_table(rows))
+    for path in plots:
+        console.print(f"plot: {path}")
+
+
+@app.command()
+def plugins() -> None:
+    """List built-in and installed plugins, their versions and the hooks they implement."""
+    from rich.table import Table
+
+    from fedkit_core.plugins import list_plugins
+
+    table = Table(title="fedkit plugins", title_justify="left")
+    for column in ("name", "version", "source", "hooks"):
+        table.add_column(column)
+    for info in list_plugins():
+        table.add_row(
+            info.name,
+            info.version,
+            info.source,
+            ", ".join(h.removeprefix("fedkit_") for h in info.hooks),
+        )
+    console.print(table)
+
+
+@app.command()
+def tasks() -> None:
+    """List the tasks, their expected task.path and whether their data is present."""
+    from rich.table import Table
+
+    from fedkit_core.tasks.registry import all_tasks
+
+    table = Table(title="fedkit tasks", title_justify="left")
+    for column in ("name", "kind", "description", "task.path", "data"):
+        table.add_column(column)
+    for spec in all_tasks().values():
+        path = spec.resolve_path(None)
+        table.add_row(
+            spec.name,
+            spec.kind,
+            spec.description,
+            path or ("-" if not spec.needs_path else "(set it)"),
+            spec.data_status(path),
+        )
+    console.print(table)
+
+
+@app.command()
+def data(
+    task: str | None = TaskOpt,
+    config: Path | None = ConfigOpt,
+    set_: list[str] = SetOpt,
+    clients: int | None = ClientsOpt,
+    seed: int | None = SeedOpt,
+    out: Path = typer.Option(Path("partition.png"), "--out", "-o", help="heatmap PNG"),
+) -> None:
+    """Show how the task's data is split into clients (class counts) and save a heatmap."""
+    from fedkit_core import api
+    from fedkit_core.cli.display import rows_table
+    from fedkit_core.results.plots import plot_partition
+
+    cfg, plugin_set = api.resolve_config(
+        _layers(config, [], task, set_, clients=clients, seed=seed)
+    )
+    fed = api.prepare(cfg, plugin_set)
+    names = fed.task.class_names
+    rows = [
+        {
+            "client": cid,
+            "train": c.num_train,
+            "val": c.num_val,
+            "test": c.num_test,
+            **dict(zip(names, c.class_counts)),
+        }
+        for cid, c in fed.task.clients.items()
+    ]
+    unit = "pixels" if fed.task.kind == "segmentation" else "samples"
+    console.print(rows_table(rows, f"{cfg['task.name']}: training {unit} per class and client"))
+    console.print(f"heatmap: {plot_partition(fed.task, out)}")

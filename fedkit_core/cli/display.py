@@ -1,0 +1,102 @@
+"""Terminal output: a live progress display of rounds and tables of results."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from fedkit_core.engines.server import Observer
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return "-" if value is None else str(value)
+
+
+class RichProgress(Observer):
+    """Rounds as a progress bar, the current phase (train, query, evaluate) below it, and
+    the latest metrics next to the bar."""
+
+    def __init__(self, console: Console, title: str = ""):
+        self.console = console
+        self.title = title
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[metrics]}"),
+            console=console,
+            transient=False,
+        )
+        self.rounds = None
+        self.phase = None
+
+    def __enter__(self) -> RichProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def on_start(self, total_rounds: int, first_round: int) -> None:
+        if self.rounds is not None:
+            self.progress.remove_task(self.rounds)
+            self.progress.remove_task(self.phase)
+        self.rounds = self.progress.add_task(
+            self.title or "rounds", total=total_rounds, completed=first_round - 1, metrics=""
+        )
+        self.phase = self.progress.add_task("  starting", total=1, metrics="")
+
+    def on_phase(self, round: int, phase: str, done: int, total: int) -> None:
+        if self.phase is not None:
+            self.progress.update(
+                self.phase,
+                description=f"  round {round}: {phase}",
+                total=max(total, 1),
+                completed=done,
+            )
+
+    def on_round_end(self, record: dict[str, Any]) -> None:
+        text = ""
+        if record.get("global"):
+            glob, fair = record["global"], record.get("fairness", {})
+            main = fair.get("metric") or next(iter(glob))
+            text = f"{main} {glob.get(main, float('nan')):.3f}"
+            if fair:
+                text += f"  clients std {fair['std']:.3f} worst {fair['worst']:.3f}"
+        self.progress.update(self.rounds, advance=1, metrics=text)
+
+
+def results_table(results: Mapping[str, Any], title: str) -> Table:
+    """Final metrics of a run: global, clients mean and each client, plus fairness."""
+    final = results["final"]
+    metrics = list(final.get("global", {}))
+    table = Table(title=title, title_justify="left")
+    table.add_column("scope")
+    for m in metrics:
+        table.add_column(m, justify="right")
+    rows = [
+        ("global (pooled test)", final.get("global", {})),
+        ("clients mean", final.get("clients_mean", {})),
+    ]
+    rows += [(f"client {cid}", m) for cid, m in final.get("clients", {}).items()]
+    for name, values in rows:
+        table.add_row(name, *(_fmt(values.get(m)) for m in metrics))
+    return table
+
+
+def rows_table(rows: Sequence[Mapping[str, Any]], title: str = "") -> Table:
+    table = Table(title=title or None, title_justify="left")
+    for column in rows[0]:
+        table.add_column(
+            str(column), justify="left" if column in ("run", "status", "name") else "right"
+        )
+    for row in rows:
+        table.add_row(*(_fmt(v) for v in row.values()))
+    return table

@@ -1,0 +1,220 @@
+"""Run configuration: the core keys, YAML files, ``--set key=value`` and validation.
+
+A config is resolved from layers of increasing priority: the core defaults, the task's
+defaults, a YAML file, ``--set`` pairs, then CLI flags. Keys are flat and dotted
+(``task.path``, ``partition.alpha``, ``fed-mas.lambda_f``); YAML may nest them. The set of
+valid keys is the core's plus the chosen task's plus each active plugin's own options;
+anything else is an error that lists the valid keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedkit_core.errors import FedkitError, unknown
+from fedkit_core.options import Option
+
+CORE_OPTIONS: tuple[Option, ...] = (
+    Option("name", str, None, "label of the run (default: built from plugins and task)"),
+    Option("plugins", "list[str]", [], "method plugins to activate (fedavg = none)"),
+    Option("engine", str, "local", "where the federation runs", choices=("local",)),
+    Option("device", str, "auto", "torch device: auto (GPU when present), cpu, cuda, cuda:1..."),
+    Option("seed", int, 0, "seed of data partition, initialisation, sampling and shuffling"),
+    Option("rounds", int, 10, "communication rounds"),
+    Option("clients", int, None, "number of clients (default: one per site, else 4)"),
+    Option("sample_fraction", float, 1.0, "fraction of clients sampled each round"),
+    Option("min_clients", int, None, "fewest successful clients per round (default: all)"),
+    Option("local_epochs", int, 1, "local epochs per round"),
+    Option("batch_size", int, 32, "local training batch size"),
+    Option("eval_batch_size", int, 256, "evaluation batch size"),
+    Option("eval_every", int, 1, "evaluate every N rounds (the last round always)"),
+    Option("optimizer", str, "adam", "local optimiser", choices=("sgd", "adam", "adamw")),
+    Option("lr", float, 1e-3, "local learning rate"),
+    Option("momentum", float, 0.9, "SGD momentum"),
+    Option("weight_decay", float, 0.0, "weight decay"),
+    Option("adam_betas", "list[float]", [0.9, 0.999], "Adam betas"),
+    Option("keep_optimizer_state", bool, False, "keep each client's optimiser state across rounds"),
+    Option("lr_schedule", str, "none", "per-round lr schedule", choices=("none", "step", "exp")),
+    Option("lr_milestones", "list[int]", [], "rounds where a step schedule multiplies lr by gamma"),
+    Option("lr_gamma", float, 0.1, "lr factor (step: per milestone, exp: per round)"),
+    Option("grad_clip", float, None, "clip the gradient norm of each step to this value"),
+    Option(
+        "loss",
+        str,
+        "auto",
+        "task loss (auto: ce for classification, dice for segmentation)",
+        choices=("auto", "ce", "bsm", "dice", "dice_ce"),
+    ),
+    Option("model", str, "auto", "cnn, unet, a CIFAR resnet20..110, or any timm model name"),
+    Option("pretrained", bool, False, "load the timm model's pretrained weights (needs the hub)"),
+    Option("model_weights", str, None, "path of a checkpoint to initialise the backbone from"),
+    Option("unet_channels", "list[int]", [16, 32, 64, 128], "U-Net channels per level"),
+    Option("checkpoint", bool, True, "write a checkpoint after every round (needed by resume)"),
+    Option("task.name", str, "synthetic", "the task (see `fedkit tasks`)"),
+    Option("task.path", str, None, "where the task's data lives"),
+    Option("task.image_size", int, None, "resize images to this square side"),
+    Option("task.val_fraction", float, 0.1, "share of train carved out as val when absent"),
+    Option("task.test_fraction", float, 0.2, "share carved out as test when a site has none"),
+    Option(
+        "task.shot_thresholds",
+        "list[int]",
+        None,
+        "[many, few]: classes with > many training samples are head, < few are tail",
+    ),
+    Option(
+        "partition.kind",
+        str,
+        "auto",
+        "how data is split into clients (auto: sites if the task has sites, else iid)",
+        choices=("auto", "sites", "iid", "dirichlet", "class-dirichlet", "fractions"),
+    ),
+    Option("partition.alpha", float, 0.5, "Dirichlet concentration (dirichlet)"),
+    Option(
+        "partition.alphas", "list[float]", None, "one Dirichlet alpha per class (class-dirichlet)"
+    ),
+    Option(
+        "partition.drop_prob",
+        float,
+        0.0,
+        "probability of removing each class from each client (class-dirichlet)",
+    ),
+    Option("partition.fractions", "list[float]", None, "training-size fraction per client"),
+    Option("partition.min_size", int, 10, "fewest training samples per client (dirichlet)"),
+)
+
+
+class Config(Mapping[str, Any]):
+    """A resolved, validated config: flat dotted keys to values."""
+
+    def __init__(self, values: Mapping[str, Any], options: Mapping[str, Option]):
+        self._values = dict(sorted(values.items()))
+        self._options = dict(options)
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return self._values[key]
+        except KeyError:
+            raise unknown("config key", key, self._values) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Config({self._values!r})"
+
+    @property
+    def options(self) -> Mapping[str, Option]:
+        return self._options
+
+    def section(self, prefix: str) -> dict[str, Any]:
+        """The keys under ``prefix.`` with the prefix removed (a plugin's or task's options)."""
+        start = prefix + "."
+        return {k[len(start) :]: v for k, v in self._values.items() if k.startswith(start)}
+
+    def nested(self) -> dict[str, Any]:
+        """The config as nested dicts, as written to ``config.yaml``."""
+        out: dict[str, Any] = {}
+        for key, value in self._values.items():
+            head, _, rest = key.partition(".")
+            if rest:
+                out.setdefault(head, {})[rest] = value
+            else:
+                out[key] = value
+        return out
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file, turning every problem into a FedkitError."""
+    path = Path(path)
+    if not path.is_file():
+        raise FedkitError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise FedkitError(f"config file {path} is not valid YAML: {err}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise FedkitError(
+            f"config file {path} must hold a mapping of keys, not {type(data).__name__}"
+        )
+    return data
+
+
+def parse_sets(pairs: Iterable[str]) -> dict[str, Any]:
+    """Parse ``key=value`` pairs; values are read as YAML scalars/lists (``[1,2]``, ``true``)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise FedkitError(f"--set expects key=value, got {pair!r}")
+        try:
+            out[key] = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            out[key] = raw
+    return out
+
+
+def peek(layers: Sequence[Mapping[str, Any]], key: str, default: Any = None) -> Any:
+    """The highest-priority value of a dotted key in raw layers (before validation)."""
+    for layer in reversed(layers):
+        if key in layer:
+            return layer[key]
+        node: Any = layer
+        for part in key.split("."):
+            if isinstance(node, Mapping) and part in node:
+                node = node[part]
+            elif isinstance(node, str) and part == "name":
+                break  # `task: npz` is shorthand for `task: {name: npz}`
+            else:
+                node = _MISSING
+                break
+        if node is not _MISSING:
+            return node
+    return default
+
+
+_MISSING = object()
+
+
+def flatten(
+    layer: Mapping[str, Any], known: Mapping[str, Option], prefix: str = ""
+) -> dict[str, Any]:
+    """Flatten nested YAML into dotted keys, stopping at keys that are options themselves."""
+    out: dict[str, Any] = {}
+    for raw_key, value in layer.items():
+        key = f"{prefix}{raw_key}"
+        if key == "task" and isinstance(value, str):
+            out["task.name"] = value
+        elif key not in known and isinstance(value, Mapping):
+            out.update(flatten(value, known, key + "."))
+        else:
+            out[key] = value
+    return out
+
+
+def resolve(
+    layers: Sequence[Mapping[str, Any]],
+    options: Iterable[Option],
+    defaults: Mapping[str, Any] | None = None,
+) -> Config:
+    """Merge ``layers`` (lowest priority first) over the options' and ``defaults``' values.
+
+    Unknown keys and wrong types raise a :class:`FedkitError` naming the valid keys.
+    """
+    known = {opt.name: opt for opt in options}
+    values = {name: opt.default for name, opt in known.items()}
+    for layer in ([defaults] if defaults else []) + list(layers):
+        for key, value in flatten(layer, known).items():
+            if key not in known:
+                raise unknown("config key", key, known)
+            values[key] = known[key].coerce(value, key)
+    return Config(values, known)

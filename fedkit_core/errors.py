@@ -1,0 +1,37 @@
+"""Errors fedkit reports to users.
+
+A :class:`FedkitError` is a problem with the user's input (an unknown plugin, a bad
+config value, missing data, a diverging loss...). The CLI prints its message and exits
+with code 2, without a traceback unless ``--debug`` is given. Anything else that escapes
+is a bug and is reported as such.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class FedkitError(Exception):
+    """A user-facing error: the message alone must tell the user what to change."""
+
+    exit_code = 2
+
+
+class ClientFailure(FedkitError):
+    """A client could not complete its part of a round."""
+
+    def __init__(self, client_id: str, round: int, message: str):
+        super().__init__(f"client {client_id!r} failed in round {round}: {message}")
+        self.client_id = client_id
+        self.round = round
+        self.reason = message
+
+
+def unknown(kind: str, name: str, valid: Iterable[str]) -> FedkitError:
+    """An error for an unknown name, with close matches and the list of valid ones."""
+    valid = sorted(valid)
+    close = difflib.get_close_matches(name, valid, n=3, cutoff=0.6)
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    listing = ", ".join(valid) if valid else "(none)"
+    return FedkitError(f"unknown {kind} {name!r}.{hint} Valid {kind}s: {listing}")

@@ -1,0 +1,105 @@
+"""FedModel: the one model shape every plugin works with.
+
+``backbone`` maps images to features, ``head`` maps features to the task's logits, and
+``extras`` are named modules plugins add (a personalised head, a projector, a private large
+model). The forward pass returns a dict: ``"features"``, ``"logits"`` and one entry per extra.
+
+State entries under a *private* prefix never leave the client: they are excluded from
+:meth:`shared_state` (what is uploaded, aggregated and checkpointed globally) and kept in
+the client's own state across rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from fedkit_core.errors import FedkitError
+
+INPUTS = ("features", "image", "none")
+
+
+class FedModel(nn.Module):
+    """Backbone -> features -> head, plus plugin extras; splits state into shared and private."""
+
+    def __init__(self, backbone: nn.Module, head: nn.Module, feature_dim: int | None):
+        super().__init__()
+        self.backbone = backbone
+        self.head = head
+        self.feature_dim = feature_dim
+        self.extras = nn.ModuleDict()
+        self._extra_inputs: dict[str, str] = {}
+        self._private: list[str] = []
+
+    def add_extra(
+        self, name: str, module: nn.Module, *, private: bool = False, input: str = "features"
+    ) -> None:
+        """Attach ``module`` as ``extras[name]``.
+
+        ``input`` says what the forward pass feeds it: ``"features"`` (the backbone's output),
+        ``"image"`` (the raw batch, e.g. a separate private model) or ``"none"`` (not called
+        in forward; the plugin calls it itself). ``private=True`` keeps its state on the client.
+        """
+        if input not in INPUTS:
+            raise ValueError(f"input must be one of {INPUTS}, got {input!r}")
+        if name in self.extras:
+            raise FedkitError(f"two plugins add a model extra named {name!r}")
+        self.extras[name] = module
+        self._extra_inputs[name] = input
+        if private:
+            self.mark_private(f"extras.{name}")
+
+    def mark_private(self, prefix: str) -> None:
+        """Keep every state entry whose name starts with ``prefix`` on the client."""
+        if prefix not in self._private:
+            self._private.append(prefix)
+
+    def is_private(self, key: str) -> bool:
+        return any(key == p or key.startswith(p + ".") for p in self._private)
+
+    def forward(self, x: torch.Tensor) -> dict[str, Any]:
+        features = self.backbone(x)
+        out: dict[str, Any] = {"features": features, "logits": self.head(features)}
+        for name, module in self.extras.items():
+            source = self._extra_inputs[name]
+            if source == "features":
+                out[name] = module(features)
+            elif source == "image":
+                out[name] = module(x)
+        return out
+
+    def shared_state(self) -> dict[str, torch.Tensor]:
+        """Every state entry that is uploaded and aggregated (detached, on CPU)."""
+        return {k: v.detach().cpu() for k, v in self.state_dict().items() if not self.is_private(k)}
+
+    def private_state(self) -> dict[str, torch.Tensor]:
+        """The entries that stay on the client (detached, on CPU)."""
+        return {k: v.detach().cpu() for k, v in self.state_dict().items() if self.is_private(k)}
+
+    def load_shared(self, arrays: Mapping[str, torch.Tensor]) -> None:
+        """Load received global arrays into the shared entries; private ones are kept."""
+        self._load(arrays, self.shared_state().keys(), "global model")
+
+    def load_private(self, arrays: Mapping[str, torch.Tensor]) -> None:
+        self._load(arrays, self.private_state().keys(), "client's private state")
+
+    def _load(self, arrays: Mapping[str, torch.Tensor], expected, what: str) -> None:
+        expected = set(expected)
+        missing, extra = expected - set(arrays), set(arrays) - expected
+        if missing or extra:
+            raise FedkitError(
+                f"the {what} does not match this model: missing {sorted(missing)[:5]}, "
+                f"unexpected {sorted(extra)[:5]} (do all parties run the same plugins and model?)"
+            )
+        state = self.state_dict()
+        with torch.no_grad():
+            for key, value in arrays.items():
+                if state[key].shape != value.shape:
+                    raise FedkitError(
+                        f"the {what} has {key} of shape {tuple(value.shape)}, "
+                        f"this model {tuple(state[key].shape)}"
+                    )
+                state[key].copy_(value)

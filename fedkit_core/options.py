@@ -1,0 +1,107 @@
+"""Typed config options: the unit of configuration shared by the core, tasks and plugins."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fedkit_core.errors import FedkitError
+
+_SCALARS = {"int": int, "float": float, "bool": bool, "str": str}
+_TYPES = {*_SCALARS, "list[int]", "list[float]", "list[str]", "dict"}
+
+
+@dataclass(frozen=True)
+class Option:
+    """One config key: its type, default and help text.
+
+    ``type`` is one of ``int``, ``float``, ``bool``, ``str``, ``list[int]``,
+    ``list[float]``, ``list[str]``, ``dict`` (a Python type or its name). A default of
+    ``None`` makes the option nullable. ``choices`` restricts the allowed values.
+    """
+
+    name: str
+    type: Any
+    default: Any = None
+    help: str = ""
+    choices: Sequence[Any] | None = None
+    nullable: bool = False
+
+    def __post_init__(self) -> None:
+        kind = self.type.__name__ if isinstance(self.type, type) else str(self.type)
+        if kind not in _TYPES:
+            raise ValueError(f"option {self.name!r}: unsupported type {self.type!r}")
+        object.__setattr__(self, "type", kind)
+        if self.default is None:
+            object.__setattr__(self, "nullable", True)
+        elif self.default is not None:
+            object.__setattr__(self, "default", self.coerce(self.default, self.name))
+
+    def describe(self) -> str:
+        """``type`` (with choices) as shown in help and error messages."""
+        kind = self.type + (" or null" if self.nullable else "")
+        if self.choices:
+            kind = " | ".join(map(str, self.choices))
+        return kind
+
+    def coerce(self, value: Any, key: str) -> Any:
+        """Return ``value`` converted to this option's type, or raise a FedkitError."""
+        if value is None:
+            if self.nullable:
+                return None
+            raise FedkitError(f"config key {key!r} must not be null (expected {self.describe()})")
+        if self.type.startswith("list["):
+            item = _SCALARS[self.type[5:-1]]
+            if isinstance(value, str):
+                value = [v.strip() for v in value.strip("[]").split(",") if v.strip()]
+            elif not isinstance(value, (list, tuple)):
+                value = [value]
+            result = [_coerce_scalar(v, item, key) for v in value]
+        elif self.type == "dict":
+            if not isinstance(value, dict):
+                raise FedkitError(f"config key {key!r} must be a mapping, got {value!r}")
+            result = dict(value)
+        else:
+            result = _coerce_scalar(value, _SCALARS[self.type], key)
+        if self.choices is not None and result not in self.choices:
+            raise FedkitError(
+                f"config key {key!r} must be one of {', '.join(map(str, self.choices))}; "
+                f"got {result!r}"
+            )
+        return result
+
+
+def _coerce_scalar(value: Any, kind: type, key: str) -> Any:
+    bad = FedkitError(f"config key {key!r} expects {kind.__name__}, got {value!r}")
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in {"true", "false", "yes", "no", "1", "0"}:
+            return value.lower() in {"true", "yes", "1"}
+        raise bad
+    if isinstance(value, bool):
+        raise bad
+    if kind is int:
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                raise bad from None
+        raise bad
+    if kind is float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                raise bad from None
+        raise bad
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    raise bad

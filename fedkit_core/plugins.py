@@ -1,0 +1,182 @@
+"""The plugin manager: discover installed plugins, activate some for a run, check they fit.
+
+Installed plugins are found under the entry-point group ``fedkit.plugins`` (the entry
+point's name is the plugin's name, its value the module or object with the hooks). Each run
+gets its own pluggy manager holding the built-ins plus the plugins the run names, so runs
+never leak plugins into each other and tests can register throwaway plugins freely.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points, version
+from typing import Any
+
+import pluggy
+
+from fedkit_core import hookspecs
+from fedkit_core.errors import FedkitError, unknown
+from fedkit_core.options import Option
+
+ENTRY_POINT_GROUP = "fedkit.plugins"
+
+#: Built-in plugins: name -> module. ``fedavg`` is also what "no method plugin" means.
+BUILTINS = {
+    "fedavg": "fedkit_core.builtins.fedavg",
+    "losses": "fedkit_core.builtins.losses",
+    "metrics": "fedkit_core.builtins.metrics",
+    "models": "fedkit_core.builtins.models",
+}
+
+
+def core_version() -> str:
+    try:
+        return version("fedkit")
+    except Exception:
+        return "0+unknown"
+
+
+def installed() -> dict[str, EntryPoint]:
+    """Installed plugin entry points by name."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+@dataclass
+class PluginInfo:
+    """A plugin as listed by ``fedkit plugins``."""
+
+    name: str
+    version: str
+    source: str
+    hooks: list[str]
+
+
+def _load(name: str, ep: EntryPoint) -> Any:
+    try:
+        return ep.load()
+    except Exception as err:
+        raise FedkitError(
+            f"plugin {name!r} ({ep.value}) failed to import: {type(err).__name__}: {err}"
+        ) from err
+
+
+def _version_of(name: str, obj: Any, ep: EntryPoint | None) -> str:
+    if name in BUILTINS:
+        return core_version()
+    if ep is not None and ep.dist is not None:
+        return ep.dist.version
+    return str(getattr(obj, "__version__", "0+local"))
+
+
+class PluginSet:
+    """The plugins active in one run.
+
+    ``names``: plugin names to activate (installed ones, or ``fedavg``). ``extra``: plugin
+    objects registered directly (a mapping of name to object), e.g. throwaway plugins in
+    tests or an embedding application's own hooks.
+    """
+
+    def __init__(self, names: Sequence[str] = (), extra: Mapping[str, Any] | None = None):
+        self.pm = pluggy.PluginManager("fedkit")
+        self.pm.add_hookspecs(hookspecs)
+        self.versions: dict[str, str] = {}
+        for name, module in BUILTINS.items():
+            self._register(name, importlib.import_module(module), None)
+        available = installed()
+        wanted: list[tuple[str, Any, EntryPoint | None]] = []
+        for name in dict.fromkeys(names):
+            if name in BUILTINS:
+                continue
+            if extra and name in extra:
+                continue
+            if name not in available:
+                raise unknown("plugin", name, set(available) | {"fedavg"} | set(extra or {}))
+            wanted.append((name, _load(name, available[name]), available[name]))
+        wanted += [(name, obj, None) for name, obj in (extra or {}).items()]
+        # pluggy calls the last registered first: register in reverse so that hooks run in
+        # the order the user listed the plugins (built-ins, registered first, run last).
+        for name, obj, ep in reversed(wanted):
+            self._register(name, obj, ep)
+        self.active = [name for name, _, _ in wanted]
+        self._check_conflicts()
+
+    def _register(self, name: str, obj: Any, ep: EntryPoint | None) -> None:
+        api = getattr(obj, "fedkit_api", hookspecs.API_VERSION)
+        if api != hookspecs.API_VERSION:
+            raise FedkitError(
+                f"plugin {name!r} was written for fedkit hook API {api}, this fedkit has "
+                f"API {hookspecs.API_VERSION}; install a matching version of the plugin"
+            )
+        try:
+            self.pm.register(obj, name=name)
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as err:
+            self.pm.unregister(name=name)
+            raise FedkitError(
+                f"plugin {name!r} does not fit fedkit's hook contract: {err}"
+            ) from None
+        except ValueError as err:
+            raise FedkitError(f"cannot register plugin {name!r}: {err}") from None
+        self.versions[name] = _version_of(name, obj, ep)
+
+    def _check_conflicts(self) -> None:
+        for hook in hookspecs.EXCLUSIVE_HOOKS:
+            owners = [
+                impl.plugin_name
+                for impl in getattr(self.pm.hook, hook).get_hookimpls()
+                if impl.plugin_name not in BUILTINS
+            ]
+            if len(owners) > 1:
+                raise FedkitError(
+                    f"plugins {' and '.join(repr(o) for o in sorted(owners))} both implement "
+                    f"{hook}, which only one active plugin may provide; run them separately"
+                )
+
+    @property
+    def hook(self) -> Any:
+        return self.pm.hook
+
+    def options(self) -> list[Option]:
+        """Every active plugin's options, named ``<plugin>.<option>``."""
+        out: list[Option] = []
+        for impl in self.pm.hook.fedkit_options.get_hookimpls():
+            for opt in impl.function() or ():
+                out.append(
+                    Option(
+                        f"{impl.plugin_name}.{opt.name}",
+                        opt.type,
+                        opt.default,
+                        opt.help,
+                        opt.choices,
+                        opt.nullable,
+                    )
+                )
+        return out
+
+    def run_versions(self) -> dict[str, str]:
+        """``{name: version}`` of the core and the active plugins (for results.json)."""
+        out = {"fedkit": core_version()}
+        out.update({name: self.versions[name] for name in self.active})
+        return out
+
+    def info(self, name: str, source: str) -> PluginInfo:
+        plugin = self.pm.get_plugin(name)
+        hooks = sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or ())
+        return PluginInfo(name, self.versions[name], source, hooks)
+
+
+def list_plugins() -> list[PluginInfo]:
+    """Every built-in and installed plugin with its version and the hooks it implements."""
+    infos = []
+    base = PluginSet()
+    infos += [base.info(name, "built-in") for name in BUILTINS]
+    for name in sorted(installed()):
+        try:
+            one = PluginSet([name])
+        except FedkitError as err:
+            infos.append(PluginInfo(name, "?", "broken", [str(err)]))
+            continue
+        infos.append(one.info(name, "installed"))
+    return infos

@@ -1,0 +1,5 @@
+"""Tasks: where a run's data comes from. See :mod:`fedkit_core.tasks.registry`."""
+
+from fedkit_core.tasks.registry import TaskSpec, all_tasks, get_task, register_task
+
+__all__ = ["TaskSpec", "all_tasks", "get_task", "register_task"]

@@ -1,0 +1,186 @@
+"""The data model of a task: splits, per-site data, client data and the task's description.
+
+A task loader returns a :class:`TaskData` (images and targets per site and split, as
+in-memory tensors). A partitioner turns it into one :class:`ClientData` per client. The
+description every party may know (classes, channels, client sizes) is a :class:`TaskInfo`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+CLASSIFICATION = "classification"
+SEGMENTATION = "segmentation"
+SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class Split:
+    """Images and targets of one split, in memory.
+
+    ``images``: (N, C, H, W) or (N, C, D, H, W), uint8 (0-255) or float (already scaled).
+    ``targets``: (N,) class labels, or (N, H, W) / (N, D, H, W) label masks; int64.
+    """
+
+    images: torch.Tensor
+    targets: torch.Tensor
+
+    def __post_init__(self) -> None:
+        if len(self.images) != len(self.targets):
+            raise ValueError(f"{len(self.images)} images but {len(self.targets)} targets")
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def subset(self, index: np.ndarray | torch.Tensor) -> Split:
+        index = torch.as_tensor(np.asarray(index), dtype=torch.long)
+        return Split(self.images[index], self.targets[index])
+
+    @staticmethod
+    def concat(splits: Sequence[Split]) -> Split:
+        return Split(torch.cat([s.images for s in splits]), torch.cat([s.targets for s in splits]))
+
+    def class_counts(self, num_classes: int) -> np.ndarray:
+        """Samples per class (classification) or pixels per class (segmentation)."""
+        return np.bincount(self.targets.reshape(-1).numpy(), minlength=num_classes)[:num_classes]
+
+
+@dataclass
+class Normalizer:
+    """Turns stored images into model input: scale uint8 to [0, 1], then standardise."""
+
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        x = images.float()
+        if images.dtype == torch.uint8:
+            x = x / 255.0
+        shape = (1, -1) + (1,) * (x.dim() - 2)
+        mean = torch.tensor(self.mean, device=x.device).view(shape)
+        std = torch.tensor(self.std, device=x.device).view(shape)
+        return (x - mean) / std
+
+
+Augment = Callable[
+    [torch.Tensor, torch.Tensor, torch.Generator], "tuple[torch.Tensor, torch.Tensor]"
+]
+
+
+@dataclass
+class TaskData:
+    """What a task loader returns.
+
+    ``sites`` maps a site name to its splits (``train`` required; ``val`` / ``test``
+    optional, carved from ``train`` when absent). Data without natural sites uses one
+    entry and ``has_sites=False``; partitioners then pool and split it.
+    """
+
+    kind: str
+    class_names: list[str]
+    sites: dict[str, dict[str, Split]]
+    has_sites: bool = True
+    normalizer: Normalizer | None = None
+    shot_groups: dict[str, list[int]] | None = None
+    augment: Augment | None = None
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def pooled(self, split: str) -> Split | None:
+        parts = [s[split] for s in self.sites.values() if split in s and len(s[split])]
+        return Split.concat(parts) if parts else None
+
+    def sample_split(self) -> Split:
+        return next(iter(self.sites.values()))["train"]
+
+
+@dataclass
+class ClientInfo:
+    """What everyone may know about a client: its id and split sizes, train class counts."""
+
+    id: str
+    num_train: int
+    num_val: int
+    num_test: int
+    class_counts: list[int]
+
+
+@dataclass
+class TaskInfo:
+    """The task's description, shared by server and clients (JSON-serialisable)."""
+
+    name: str
+    kind: str
+    class_names: list[str]
+    in_channels: int
+    image_shape: tuple[int, ...]
+    clients: dict[str, ClientInfo] = field(default_factory=dict)
+    shot_groups: dict[str, list[int]] | None = None
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def spatial_dims(self) -> int:
+        return len(self.image_shape)
+
+    @property
+    def main_metric(self) -> str:
+        return "dice" if self.kind == SEGMENTATION else "bacc"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["image_shape"] = list(self.image_shape)
+        out["main_metric"] = self.main_metric
+        return out
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> TaskInfo:
+        data = dict(data)
+        data.pop("main_metric", None)
+        data["image_shape"] = tuple(data["image_shape"])
+        data["clients"] = {k: ClientInfo(**v) for k, v in data.get("clients", {}).items()}
+        return TaskInfo(**data)
+
+
+@dataclass
+class ClientData:
+    """One client's private splits, as produced by a partitioner."""
+
+    id: str
+    splits: dict[str, Split]
+    num_classes: int
+    normalizer: Normalizer
+    augment: Augment | None = None
+
+    def __getitem__(self, split: str) -> Split:
+        return self.splits[split]
+
+    def info(self) -> ClientInfo:
+        return ClientInfo(
+            id=self.id,
+            num_train=len(self.splits["train"]),
+            num_val=len(self.splits["val"]),
+            num_test=len(self.splits["test"]),
+            class_counts=[int(c) for c in self.splits["train"].class_counts(self.num_classes)],
+        )
+
+
+@dataclass
+class Batch:
+    """One batch on the training device. ``index``: positions of its samples in the split."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    index: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.y)

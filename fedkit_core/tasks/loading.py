@@ -1,0 +1,97 @@
+"""Load a task's data for a config: call the loader, check what it returned, resize, normalise."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from fedkit_core.config import Config
+from fedkit_core.errors import FedkitError
+from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION, Normalizer, Split, TaskData
+from fedkit_core.tasks.registry import get_task
+
+
+def load_task(config: Config) -> TaskData:
+    """The task's data, validated, resized to ``task.image_size`` and with a normaliser."""
+    spec = get_task(config["task.name"])
+    path = config["task.path"]
+    if spec.needs_path and spec.data_status(path) != "found":
+        raise spec.missing_data_error(path)
+    data = spec.load(config)
+    _validate(spec.name, data)
+    size = config["task.image_size"]
+    if size:
+        data = resize(data, size)
+    if data.normalizer is None:
+        data.normalizer = fit_normalizer(data)
+    return data
+
+
+def _validate(name: str, data: TaskData) -> None:
+    if data.kind not in (CLASSIFICATION, SEGMENTATION):
+        raise FedkitError(f"task {name!r}: unknown kind {data.kind!r}")
+    if data.num_classes < 2:
+        raise FedkitError(f"task {name!r}: needs at least two classes, found {data.num_classes}")
+    if not data.sites:
+        raise FedkitError(f"task {name!r}: the data holds no sites")
+    for site, splits in data.sites.items():
+        if "train" not in splits or len(splits["train"]) == 0:
+            raise FedkitError(f"task {name!r}: site {site!r} has no training data")
+        for split_name, split in splits.items():
+            where = f"task {name!r}, site {site!r}, split {split_name!r}"
+            if split.images.dim() not in (4, 5):
+                raise FedkitError(
+                    f"{where}: images must be (N, C, H, W[, D]), got {tuple(split.images.shape)}"
+                )
+            want = 1 if data.kind == CLASSIFICATION else split.images.dim() - 1
+            if split.targets.dim() != want:
+                raise FedkitError(f"{where}: targets have shape {tuple(split.targets.shape)}")
+            if len(split) and (split.targets.min() < 0 or split.targets.max() >= data.num_classes):
+                raise FedkitError(
+                    f"{where}: labels must lie in [0, {data.num_classes - 1}], found "
+                    f"{int(split.targets.min())}..{int(split.targets.max())}"
+                )
+
+
+def resize(data: TaskData, size: int) -> TaskData:
+    """Resize every 2D split to ``size`` x ``size`` (bilinear images, nearest masks)."""
+
+    def one(split: Split) -> Split:
+        if split.images.dim() != 4 or tuple(split.images.shape[-2:]) == (size, size):
+            return split
+        images = _resize_images(split.images, size)
+        targets = split.targets
+        if data.kind == SEGMENTATION:
+            targets = F.interpolate(targets[:, None].float(), size=(size, size), mode="nearest")
+            targets = targets[:, 0].long()
+        return Split(images, targets)
+
+    data.sites = {
+        site: {k: one(v) for k, v in splits.items()} for site, splits in data.sites.items()
+    }
+    return data
+
+
+def _resize_images(images: torch.Tensor, size: int, chunk: int = 512) -> torch.Tensor:
+    out = []
+    for start in range(0, len(images), chunk):
+        x = images[start : start + chunk].float()
+        x = F.interpolate(
+            x, size=(size, size), mode="bilinear", antialias=True, align_corners=False
+        )
+        if images.dtype == torch.uint8:
+            x = x.round().clamp(0, 255).to(torch.uint8)
+        out.append(x)
+    return torch.cat(out) if out else images
+
+
+def fit_normalizer(data: TaskData, max_images: int = 2048) -> Normalizer:
+    """Per-channel mean and std of (up to ``max_images``) pooled training images."""
+    train = data.pooled("train")
+    x = train.images[:: max(1, len(train) // max_images)].float()
+    if train.images.dtype == torch.uint8:
+        x = x / 255.0
+    dims = [0] + list(range(2, x.dim()))
+    mean = x.mean(dim=dims)
+    std = x.std(dim=dims).clamp_min(1e-6)
+    return Normalizer(tuple(mean.tolist()), tuple(std.tolist()))

@@ -1,0 +1,125 @@
+"""Generic file tasks: any user data in these ``.npz`` layouts runs without code.
+
+* ``npz`` (classification, MedMNIST's format): ``{train,val,test}_images`` as (N, H, W) or
+  (N, H, W, C) uint8 and ``{train,val,test}_labels`` as (N,) or (N, 1); ``val`` optional;
+  optional ``classes`` (names in label order).
+* ``npz-seg`` (segmentation): ``images`` (N, H, W[, C]) uint8, ``masks`` (N, H, W) integer
+  labels, optional ``site`` (N,) (then clients are sites), optional ``split`` (N,) with
+  values in {train, val, test}, optional ``classes``.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedkit_core.config import Config
+from fedkit_core.errors import FedkitError
+from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION, SPLITS, Split, TaskData
+
+CLASSIFICATION_LAYOUT = (
+    "an .npz file with train_images, train_labels, test_images, test_labels "
+    "(and optionally val_images, val_labels, classes), as MedMNIST ships them"
+)
+SEGMENTATION_LAYOUT = (
+    "an .npz file with images (N,H,W[,C]) uint8, masks (N,H,W) integer labels, "
+    "and optionally site (N,), split (N,) in {train,val,test}, classes"
+)
+
+
+def read_npz(path: str | Path, required: tuple[str, ...], layout: str) -> dict[str, np.ndarray]:
+    """All arrays of an npz file, or a FedkitError saying what is wrong with it."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {key: npz[key] for key in npz.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+        raise FedkitError(
+            f"cannot read {path} as an .npz file ({err}). Expected {layout}."
+        ) from None
+    missing = [key for key in required if key not in arrays]
+    if missing:
+        raise FedkitError(
+            f"{path} lacks {', '.join(missing)} (it has {', '.join(sorted(arrays)) or 'nothing'}). "
+            f"Expected {layout}."
+        )
+    return arrays
+
+
+def channels_first(images: np.ndarray, path: Path, key: str) -> torch.Tensor:
+    """(N, H, W) or (N, H, W, C) uint8 -> (N, C, H, W) uint8 tensor."""
+    if images.ndim == 3:
+        images = images[:, None]
+    elif images.ndim == 4:
+        images = images.transpose(0, 3, 1, 2)
+    else:
+        raise FedkitError(f"{path}: {key} must be (N,H,W) or (N,H,W,C), got shape {images.shape}")
+    if images.dtype != np.uint8:
+        raise FedkitError(f"{path}: {key} must be uint8, got {images.dtype}")
+    return torch.from_numpy(np.ascontiguousarray(images))
+
+
+def _class_names(arrays: dict[str, np.ndarray], num_classes: int, fallback: list[str]) -> list[str]:
+    if "classes" in arrays:
+        names = [str(c) for c in arrays["classes"].tolist()]
+        if len(names) >= num_classes:
+            return names
+    return fallback
+
+
+def load_classification(config: Config) -> TaskData:
+    path = Path(config["task.path"])
+    required = ("train_images", "train_labels", "test_images", "test_labels")
+    arrays = read_npz(path, required, CLASSIFICATION_LAYOUT)
+    splits: dict[str, Split] = {}
+    for split in SPLITS:
+        if f"{split}_images" not in arrays:
+            continue
+        labels = arrays[f"{split}_labels"]
+        if labels.ndim == 2 and labels.shape[1] > 1:
+            raise FedkitError(
+                f"{path}: {split}_labels has shape {labels.shape}: multi-label data is not supported"
+            )
+        images = channels_first(arrays[f"{split}_images"], path, f"{split}_images")
+        labels = torch.from_numpy(labels.reshape(-1).astype(np.int64))
+        if len(labels) != len(images):
+            raise FedkitError(f"{path}: {len(images)} {split}_images but {len(labels)} labels")
+        splits[split] = Split(images, labels)
+    num_classes = int(max(int(s.targets.max()) for s in splits.values())) + 1
+    names = _class_names(arrays, num_classes, [f"class{c}" for c in range(num_classes)])
+    return TaskData(kind=CLASSIFICATION, class_names=names, sites={"all": splits}, has_sites=False)
+
+
+def load_segmentation(config: Config) -> TaskData:
+    path = Path(config["task.path"])
+    arrays = read_npz(path, ("images", "masks"), SEGMENTATION_LAYOUT)
+    images = channels_first(arrays["images"], path, "images")
+    masks = arrays["masks"]
+    if masks.shape != (images.shape[0], *images.shape[2:]):
+        raise FedkitError(f"{path}: masks must be (N,H,W) matching images, got {masks.shape}")
+    masks = torch.from_numpy(masks.astype(np.int64))
+    n = len(images)
+    site = arrays.get("site", np.full(n, "all"))
+    split = arrays.get("split", np.full(n, "train"))
+    for key, values in (("site", site), ("split", split)):
+        if len(values) != n:
+            raise FedkitError(f"{path}: {key} has {len(values)} entries for {n} images")
+    bad = sorted(set(split.astype(str).tolist()) - set(SPLITS))
+    if bad:
+        raise FedkitError(f"{path}: split values must be train, val or test; found {bad}")
+    num_classes = max(2, int(masks.max()) + 1)
+    sites: dict[str, dict[str, Split]] = {}
+    for name in dict.fromkeys(site.astype(str).tolist()):
+        in_site = site.astype(str) == name
+        sites[name] = {
+            s: Split(images[idx], masks[idx])
+            for s in SPLITS
+            if len(idx := np.flatnonzero(in_site & (split.astype(str) == s)))
+        }
+    names = _class_names(
+        arrays, num_classes, ["background"] + [f"class{c}" for c in range(1, num_classes)]
+    )
+    return TaskData(kind=SEGMENTATION, class_names=names, sites=sites, has_sites="site" in arrays)
