@@ -138,7 +138,10 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
-        raise FedkitError(f"config file {path} is not valid YAML: {err}") from None
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise FedkitError(f"config file {path} is not valid YAML{where}: {problem}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -16,6 +16,8 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
+    from rich.text import Text
+
     from fedkit_core.cli.app import app, err_console
     from fedkit_core.errors import FedkitError
 
@@ -34,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     except FedkitError as err:
         if debug:
             raise
-        err_console.print(f"[bold red]error:[/] {err}", highlight=False)
+        err_console.print(Text.assemble(("error: ", "bold red"), str(err)), soft_wrap=True)
         return err.exit_code
     except KeyboardInterrupt:
         err_console.print("interrupted: continue the run with `fedkit resume RUN_DIR`")
@@ -43,9 +45,12 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         err_console.print(
-            f"[bold red]internal error:[/] {type(err).__name__}: {err}\n"
-            "This is a bug in fedkit or a plugin; rerun with --debug for the traceback.",
-            highlight=False,
+            Text.assemble(
+                ("internal error: ", "bold red"),
+                f"{type(err).__name__}: {err}\n",
+                "This is a bug in fedkit or a plugin; rerun with --debug for the traceback.",
+            ),
+            soft_wrap=True,
         )
         return 1
 

@@ -1,0 +1,197 @@
+"""The fedkit command end to end: outputs, exit codes for user errors, resume after SIGKILL."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import yaml
+
+from fedkit_core.cli import main
+from fedkit_core.testing import tiny
+
+FEDKIT = [sys.executable, "-m", "fedkit_core.cli"]
+
+
+@pytest.fixture
+def tiny_yaml(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny(checkpoint=True)))
+    return path
+
+
+def test_run_writes_results_metrics_and_plots(tmp_path, tiny_yaml, capsys):
+    out = tmp_path / "run"
+    assert main(["run", "--config", str(tiny_yaml), "--rounds", "2", "--out", str(out), "-q"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["status"] == "complete"
+    assert {"config", "plugins", "task", "rounds", "final"} <= set(results)
+    assert [r["round"] for r in results["rounds"]] == [1, 2]
+    final = results["final"]
+    assert {"global", "clients", "fairness", "best", "wall_seconds"} <= set(final)
+    assert {"std", "worst"} <= set(final["fairness"])
+    header = (out / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert header[:3] == ["round", "split", "scope"] and "bacc" in header
+    assert (out / "curves.png").stat().st_size > 1000 and (out / "clients.png").is_file()
+    assert yaml.safe_load((out / "config.yaml").read_text())["rounds"] == 2
+    assert main(["run", "--config", str(tiny_yaml), "--out", str(out)]) == 2  # refuses to overwrite
+    assert "fedkit resume" in capsys.readouterr().err
+
+
+def corrupt_npz(tmp_path):
+    path = tmp_path / "corrupt.npz"
+    path.write_bytes(b"PK\x03\x04 broken")
+    return str(path)
+
+
+def bad_yaml(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("rounds: [\n")
+    return str(path)
+
+
+USER_ERRORS = {
+    "unknown plugin": (["run", "--plugin", "fedprox2"], "unknown plugin"),
+    "unknown task": (["run", "--task", "mnist"], "unknown task"),
+    "unknown key": (["run", "--set", "learning_rate=0.1"], "unknown config key"),
+    "bad value": (["run", "--set", "rounds=ten"], "expects int"),
+    "bad choice": (["run", "--set", "optimizer=lbfgs"], "must be one of"),
+    "bad yaml": (lambda tmp: ["run", "--config", bad_yaml(tmp)], "not valid YAML"),
+    "missing data": (
+        ["run", "--task", "npz", "--set", "task.path=/nonexistent/x.npz"],
+        "does not exist",
+    ),
+    "corrupt data": (
+        lambda tmp: ["run", "--task", "npz", "--set", f"task.path={corrupt_npz(tmp)}"],
+        "cannot read",
+    ),
+    "not a run dir": (lambda tmp: ["resume", str(tmp)], "not a fedkit run directory"),
+    "bad seeds": (["compare", "fedavg", "--seeds", "a,b"], "--seeds"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(USER_ERRORS))
+def test_user_errors_exit_2_with_one_short_message(case, tmp_path, capsys):
+    args, message = USER_ERRORS[case]
+    args = args(tmp_path) if callable(args) else args
+    assert main([*args, "--out", str(tmp_path / "o")] if args[0] == "run" else args) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err and len(err.splitlines()) <= 8
+
+
+def test_nan_loss_names_client_and_round(tmp_path, tiny_yaml, capsys):
+    args = [
+        "run",
+        "--config",
+        str(tiny_yaml),
+        "--set",
+        "optimizer=sgd",
+        "--set",
+        "lr=1e30",
+        "--out",
+        str(tmp_path / "nan"),
+        "-q",
+    ]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "client 'site0'" in err and "round 1" in err and "nan" in err.lower()
+
+
+def test_debug_shows_the_traceback(tiny_yaml, tmp_path):
+    proc = subprocess.run(
+        [*FEDKIT, "run", "--task", "nope", "--debug"], capture_output=True, text=True
+    )
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(tiny(rounds=12, checkpoint=True)))
+    killed, straight = tmp_path / "killed", tmp_path / "straight"
+    proc = subprocess.Popen(
+        [*FEDKIT, "run", "--config", str(config), "--out", str(killed), "-q"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    manifest = killed / "checkpoint" / "latest.json"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if manifest.is_file() and json.loads(manifest.read_text())["round"] >= 3:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = json.loads((killed / "results.json").read_text())
+    assert done["status"] == "running" and len(done["rounds"]) < 12
+    subprocess.run([*FEDKIT, "resume", str(killed), "-q"], check=True, capture_output=True)
+    subprocess.run(
+        [*FEDKIT, "run", "--config", str(config), "--out", str(straight), "-q"],
+        check=True,
+        capture_output=True,
+    )
+    a = json.loads((killed / "results.json").read_text())
+    b = json.loads((straight / "results.json").read_text())
+    assert a["status"] == "complete" and len(a["rounds"]) == 12
+    for key in ("global", "clients", "clients_mean", "fairness", "best"):
+        assert a["final"][key] == b["final"][key]
+    assert not [p for p in (killed / "checkpoint").iterdir() if p.name.startswith(".")], (
+        "no temp files left"
+    )
+
+
+def test_compare_two_runspecs_writes_table(tmp_path, tiny_yaml, capsys):
+    out = tmp_path / "cmp"
+    assert (
+        main(
+            [
+                "compare",
+                "fedavg",
+                str(tiny_yaml),
+                "--config",
+                str(tiny_yaml),
+                "--seeds",
+                "0,1",
+                "--rounds",
+                "1",
+                "--out",
+                str(out),
+                "-q",
+            ]
+        )
+        == 0
+    )
+    table = json.loads((out / "compare.json").read_text())
+    assert set(table) == {"fedavg", str(tiny_yaml)}
+    entry = table["fedavg"]["final.global.bacc"]
+    assert len(entry["per_seed"]) == 2 and entry["mean"] == pytest.approx(
+        np.mean(entry["per_seed"])
+    )
+    for key in (
+        "final.clients_mean.bacc",
+        "final.fairness.std",
+        "final.fairness.worst",
+        "best.global.bacc",
+    ):
+        assert key in table["fedavg"]
+    assert "| fedavg |" in (out / "compare.md").read_text()
+    assert (out / "compare.png").is_file()
+
+
+def test_plugins_tasks_data_and_report_commands(tmp_path, tiny_yaml, capsys):
+    assert main(["plugins"]) == 0
+    assert "fedavg" in capsys.readouterr().out
+    assert main(["tasks"]) == 0
+    assert "synthetic-seg" in capsys.readouterr().out
+    assert main(["data", "--config", str(tiny_yaml), "--out", str(tmp_path / "p.png")]) == 0
+    assert "site0" in capsys.readouterr().out and (tmp_path / "p.png").is_file()
+    run_dir = tmp_path / "r"
+    assert main(["run", "--config", str(tiny_yaml), "--out", str(run_dir), "-q"]) == 0
+    assert main(["report", str(run_dir), str(run_dir), "--out", str(tmp_path / "rep.png")]) == 0
+    assert (tmp_path / "rep.png").is_file()

@@ -1,0 +1,274 @@
+"""The hook contract, exercised need by need with throwaway plugins registered at run time.
+
+One probe plugin implements every need of design.md's table (model changes, priors, loss
+terms, statistics before/after training, client-persistent state, upload selection, custom
+aggregation with an extra round trip, evaluation scopes, a different model per client) and
+records what it sees; each test checks one need.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from torch import nn
+
+from fedkit_core import FedkitError, Option, Reply, hookimpl, hookspecs, run
+from fedkit_core.aggregation import weighted_average
+from fedkit_core.testing import tiny
+
+BIG_CLIENT = "site1"
+
+
+class Probe:
+    """Implements every hook and records what it was given."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, list] = {}
+
+    def note(self, key: str, value) -> None:
+        self.seen.setdefault(key, []).append(value)
+
+    @hookimpl
+    def fedkit_options(self):
+        return [Option("term", float, 0.25, "constant extra loss term")]
+
+    @hookimpl
+    def fedkit_check(self, task, config):
+        self.note("check", (task.kind, config["probe.term"]))
+
+    @hookimpl
+    def fedkit_server_priors(self, task, config):
+        return {"probe.class_vec": torch.arange(task.num_classes, dtype=torch.float32)}
+
+    @hookimpl
+    def fedkit_client_priors(self, client):
+        self.note("client_priors_see_server", ("probe.class_vec" in client.priors, client.id))
+        encoder = nn.Linear(3, 2).eval().requires_grad_(False)
+        return {"probe.encoder": encoder}
+
+    @hookimpl
+    def fedkit_extend_model(self, model, ctx):
+        self.note("extend", (ctx.client_id, "probe.class_vec" in ctx.priors))
+        model.add_extra("probe_proj", nn.Linear(model.feature_dim, 4))
+        if ctx.client_id is not None:
+            model.add_extra(
+                "probe_personal", nn.Linear(model.feature_dim, ctx.task.num_classes), private=True
+            )
+        if ctx.client_id == BIG_CLIENT:  # a larger private model on one client only
+            model.add_extra(
+                "probe_large",
+                nn.Sequential(nn.Flatten(), nn.LazyLinear(7)),
+                private=True,
+                input="image",
+            )
+
+    @hookimpl
+    def fedkit_round_start(self, client):
+        weight = client.model.head.weight.detach().clone()
+        client.plugin_state("probe")["received_head"] = weight
+        state = client.plugin_state("probe")
+        state["fits"] = state.get("fits", 0) + 1
+
+    @hookimpl
+    def fedkit_loss_terms(self, client, batch, outputs):
+        personal = nn.functional.cross_entropy(outputs["probe_personal"], batch.y)
+        return {
+            "probe.const": torch.tensor(client.options("probe")["term"]),
+            "probe.personal": personal,
+        }
+
+    @hookimpl
+    def fedkit_client_report(self, client):
+        state = client.plugin_state("probe")
+        moved = (client.model.head.weight.detach() - state["received_head"]).norm().item()
+        return {"probe.moved": moved, "probe.fits": state["fits"]}
+
+    @hookimpl
+    def fedkit_answer_query(self, client, query, arrays, scalars):
+        if query != "probe.dot":
+            return None
+        local = client.model.head.weight.detach().cpu()
+        return Reply(scalars={"dot": float((local * arrays["head"]).sum()), "echo": scalars["tag"]})
+
+    @hookimpl
+    def fedkit_aggregate(self, server, updates, ask):
+        self.note("uploaded_keys", {u.client_id: sorted(u.arrays) for u in updates})
+        self.note("scalars", {u.client_id: dict(u.scalars) for u in updates})
+        head = server.global_state["head.weight"]
+        replies = ask("probe.dot", arrays={"head": head}, scalars={"tag": "hello"})
+        expected = {u.client_id: float((u.arrays["head.weight"] * head).sum()) for u in updates}
+        self.note("replies", ({c: r.scalars for c, r in replies.items()}, expected))
+        return weighted_average([u.arrays for u in updates], [1.0] * len(updates))
+
+    @hookimpl
+    def fedkit_personal_output(self, client):
+        return "probe_personal"
+
+    @hookimpl
+    def fedkit_metrics(self, task, arrays):
+        if "probs" in arrays:
+            return {"probe_n": float(len(arrays["labels"]))}
+
+    @hookimpl
+    def fedkit_summary(self, task, scopes):
+        return {"probe.gap": scopes["global"]["bacc"] - scopes["clients_mean"]["bacc"]}
+
+
+@pytest.fixture(scope="module")
+def probed():
+    probe = Probe()
+    results = run(tiny(rounds=3), plugins={"probe": probe})
+    return probe, results
+
+
+def test_every_hook_is_documented():
+    for name, spec in inspect.getmembers(hookspecs, inspect.isfunction):
+        if not name.startswith("fedkit_"):
+            continue
+        doc = inspect.getdoc(spec) or ""
+        assert len(doc) > 120, f"{name} lacks documentation"
+        assert "called" in doc.lower(), f"{name} does not say when it is called"
+        assert "return" in doc.lower() or name in ("fedkit_round_start", "fedkit_extend_model"), (
+            f"{name} does not say what it returns"
+        )
+        kind = "firstresult" if getattr(spec, "fedkit_spec", {}).get("firstresult") else "additive"
+        assert kind.lower() in doc.lower() or (kind == "additive" and "Additive" in doc), (
+            f"{name} does not say it is {kind}"
+        )
+
+
+def test_plugin_options_are_typed_namespaced_and_saved(probed):
+    probe, results = probed
+    assert results["config"]["probe"] == {"term": 0.25}
+    assert probe.seen["check"][0] == ("classification", 0.25)
+    with pytest.raises(FedkitError, match="probe.term"):
+        run(tiny(probe={"term": "lots"}), plugins={"probe": Probe()})
+    with pytest.raises(FedkitError, match="unknown config key 'probe.trem'"):
+        run(tiny(probe={"trem": 1.0}), plugins={"probe": Probe()})
+
+
+def test_priors_reach_models_and_clients(probed):
+    probe, _ = probed
+    assert all(seen for seen, _ in probe.seen["client_priors_see_server"])
+    roles = {client for client, has_prior in probe.seen["extend"] if has_prior}
+    assert roles == {None, "site0", "site1", "site2"}  # server and every client built with priors
+
+
+def test_private_entries_never_uploaded_and_large_model_only_on_its_client(probed):
+    probe, _ = probed
+    for keys_by_client in probe.seen["uploaded_keys"]:
+        for keys in keys_by_client.values():
+            assert any(k.startswith("extras.probe_proj.") for k in keys), "shared extras go up"
+            assert not any("probe_personal" in k or "probe_large" in k for k in keys)
+        assert len({tuple(v) for v in keys_by_client.values()}) == 1, (
+            "every client uploads the same entries"
+        )
+
+
+def test_loss_terms_add_up_and_client_scalars_go_up(probed):
+    probe, results = probed
+    for record in results.rounds:
+        for train in record["train"].values():
+            assert train["loss.probe.const"] == pytest.approx(0.25)
+            total = train["loss.task"] + train["loss.probe.const"] + train["loss.probe.personal"]
+            assert train["loss"] == pytest.approx(total, rel=1e-5)
+    for rnd, scalars in enumerate(probe.seen["scalars"], start=1):
+        for values in scalars.values():
+            assert values["num_examples"] > 0
+            assert values["probe.moved"] > 0, "statistics before and after training differ"
+            assert values["probe.fits"] == rnd, "client state persists across rounds"
+
+
+def test_extra_round_trip_reaches_every_client_with_its_local_model(probed):
+    probe, _ = probed
+    for replies, expected in probe.seen["replies"]:
+        assert set(replies) == set(expected)
+        for cid, scalars in replies.items():
+            assert scalars["echo"] == "hello"
+            assert scalars["dot"] == pytest.approx(expected[cid], rel=1e-5)
+
+
+def test_evaluation_scopes_use_personal_output_and_summary(probed):
+    _, results = probed
+    final = results.final
+    assert final["global"]["probe_n"] == sum(
+        final["clients"][c]["probe_n"] for c in final["clients"]
+    )
+    assert final["summary"]["probe.gap"] == pytest.approx(
+        final["global"]["bacc"] - final["clients_mean"]["bacc"]
+    )
+
+
+class SecondAggregator:
+    @hookimpl
+    def fedkit_aggregate(self, server, updates, ask):
+        return None
+
+
+def test_two_aggregators_are_reported_as_a_conflict():
+    with pytest.raises(FedkitError, match="fedkit_aggregate"):
+        run(tiny(), plugins={"probe": Probe(), "other": SecondAggregator()})
+
+
+class Refuses:
+    @hookimpl
+    def fedkit_check(self, task, config):
+        return "refuses needs a segmentation task" if task.kind != "segmentation" else None
+
+
+def test_check_hook_refuses_a_run():
+    with pytest.raises(FedkitError, match="needs a segmentation task"):
+        run(tiny(), plugins={"refuses": Refuses()})
+
+
+class UnknownHook:
+    @hookimpl
+    def fedkit_agregate(self, server, updates, ask):  # misspelt on purpose
+        return None
+
+
+def test_a_misspelt_hook_is_a_clear_error():
+    with pytest.raises(FedkitError, match="does not fit fedkit's hook contract"):
+        run(tiny(), plugins={"typo": UnknownHook()})
+
+
+class Counter:
+    """Client state that must survive an interruption and a resume."""
+
+    @hookimpl
+    def fedkit_round_start(self, client):
+        state = client.plugin_state("counter")
+        state["fits"] = state.get("fits", 0) + 1
+
+    @hookimpl
+    def fedkit_client_report(self, client):
+        return {"counter.fits": client.plugin_state("counter")["fits"]}
+
+
+class StopAfter:
+    def __init__(self, round_: int):
+        self.round = round_
+
+    def on_start(self, total, first): ...
+
+    def on_phase(self, *args): ...
+
+    def on_round_end(self, record):
+        if record["round"] == self.round:
+            raise KeyboardInterrupt
+
+
+def test_client_state_survives_interruption_and_resume(tmp_path):
+    from fedkit_core import resume
+
+    config = tiny(rounds=4, checkpoint=True)
+    with pytest.raises(KeyboardInterrupt):
+        run(config, plugins={"counter": Counter()}, out=tmp_path / "run", observer=StopAfter(2))
+    resumed = resume(tmp_path / "run", plugins={"counter": Counter()})
+    fits = [rec["train"]["site0"]["counter.fits"] for rec in resumed.rounds]
+    assert fits == [1, 2, 3, 4]
+    straight = run(config, plugins={"counter": Counter()})
+    assert resumed.final["global"] == straight.final["global"]
+    assert resumed.final["clients"] == straight.final["clients"]

@@ -1,0 +1,28 @@
+"""The shipped examples stay valid: configs resolve and the embedding script runs."""
+
+import runpy
+from pathlib import Path
+
+import pytest
+
+from fedkit_core import resolve_config
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_example_configs_resolve(path):
+    config, _ = resolve_config(str(path))
+    assert config["rounds"] >= 1
+
+
+def test_embedding_example_runs(capsys, monkeypatch):
+    import fedkit_core
+
+    original = fedkit_core.run
+    monkeypatch.setattr(
+        fedkit_core, "run", lambda config, **kw: original({**config, "rounds": 1}, **kw)
+    )
+    runpy.run_path(str(EXAMPLES / "embed.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "worst class recall" in out and "fairness" in out
