@@ -1,7 +1,8 @@
 """How much the task cache saves: time a task's first load (decode + resize + write the
 cache) against its second (read the cache), each in a fresh process.
 
-    python benchmarks/task_cache.py rif ../shared/data/seg/site_samples/midss_fundus4_prostate6/Fundus
+    python benchmarks/task_cache.py rif \
+        ../shared/data/seg/site_samples/midss_fundus4_prostate6/Fundus
     python benchmarks/task_cache.py rif DIR --replicate 1060   # a full-size copy (symlinks)
 
 ``--replicate N`` builds, in a temporary folder, a tree of the same layout with N training
@@ -34,20 +35,18 @@ print(json.dumps({"seconds": seconds, "images": count}))
 
 
 def replicate(source: Path, target: Path, per_site: int) -> Path:
-    """Symlink copies of each site's train image/mask pairs up to ``per_site`` pairs."""
-    for image in sorted(source.rglob("*")):
-        if not image.is_file() or image.parent.name != "image":
-            continue
-        mask = image.parent.parent / "mask" / image.name
-        rel = image.parent.relative_to(source)
-        for k in range(per_site if "train" in rel.parts else 1):
-            name = f"{image.stem}-{k:04d}{image.suffix}"
-            for src, kind in ((image, "image"), (mask if mask.exists() else None, "mask")):
-                if src is None:
-                    continue
-                dst = target / rel.parent / kind / name
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                dst.symlink_to(src.resolve())
+    """Symlink copies of each site's train image/mask pairs up to ``per_site`` pairs (an
+    image folder's files are paired with its mask folder's in name order)."""
+    for folder in sorted(source.rglob("image")):
+        rel = folder.parent.relative_to(source)
+        images = sorted(p for p in folder.iterdir() if p.is_file())
+        masks = sorted(p for p in (folder.parent / "mask").iterdir() if p.is_file())
+        for image, mask in zip(images, masks):
+            for k in range(per_site // len(images) if "train" in rel.parts else 1):
+                for src, kind in ((image, "image"), (mask, "mask")):
+                    dst = target / rel / kind / f"{image.stem}-{k:04d}{image.suffix}"
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    dst.symlink_to(src.resolve())
     return target
 
 

@@ -1,7 +1,8 @@
 """Training augmentation of the file tasks, built from MONAI's dictionary transforms.
 
-Random flips along each spatial axis and, for 2D images, random 90-degree rotations, applied to the image and (for segmentation) its mask alike, so labels stay
-exact (no interpolation). Each call draws its seed from the client's per-round generator:
+Random flips along each spatial axis and, for 2D images, random 90-degree rotations,
+applied to the image and (for segmentation) its mask alike, so labels stay exact (no
+interpolation). Each call draws its seed from the client's per-round generator:
 runs and resumed runs augment identically.
 """
 
@@ -10,14 +11,20 @@ from __future__ import annotations
 import torch
 
 from fedkit_core.options import Option
-from fedkit_core.tasks.base import Augment
+from fedkit_core.tasks.base import SEGMENTATION, Augment, TaskData
 
-#: the ``task.augment`` option of the file tasks (its default is set per task)
-AUGMENT_HELP = "random flips and 90-degree rotations (MONAI) of training batches"
+#: the ``task.augment`` option of the file tasks (off: the papers state no augmentation)
+AUGMENT_OPTION = Option(
+    "augment", bool, False, "random flips and 90-degree rotations (MONAI) of training batches"
+)
 
 
-def augment_option(default: bool) -> Option:
-    return Option("augment", bool, default, AUGMENT_HELP)
+def attach(data: TaskData, enabled: bool) -> TaskData:
+    """``data`` with :func:`flips_and_rotations` as its augmentation when ``enabled``."""
+    if enabled:
+        dims = data.sample_split().images.dim() - 2
+        data.augment = flips_and_rotations(data.kind == SEGMENTATION, dims)
+    return data
 
 
 def flips_and_rotations(segmentation: bool, spatial_dims: int = 2) -> Augment:

@@ -2,9 +2,9 @@
 
 The cache holds a task's sites and splits as tensors plus its description (classes,
 sites, shot groups) and its normaliser's statistics (pooling a large training set to
-compute them costs more than reading the cache). Its key covers the task, its loader version, the data folder, the
-preprocessing parameters and every source file's path, size and modification time: any
-change to the data or the options makes a new entry. Entries live in
+compute them costs more than reading the cache). Its key covers the task, its loader
+version, the data folder, the preprocessing parameters and every source file's path,
+size and modification time: any change to the data or the options makes a new entry. Entries live in
 ``<data folder>/.fedkit-cache/`` when that folder is writable (by its permission bits, so
 that a read-only data folder stays untouched even for root), else in the user cache
 (``$FEDKIT_CACHE``, by default ``$XDG_CACHE_HOME/fedkit`` or ``~/.cache/fedkit``).
@@ -85,8 +85,9 @@ def cached(
     """``build()``'s TaskData, read from the cache when an entry for the same inputs exists.
 
     The data (sites, splits, classes, shot groups) and the normaliser fitted to it are
-    cached; a loader attaches its augmentation (or another normaliser) afterwards. ``version`` is the loader's preprocessing
-    version: bump it when the decoding changes so that old entries are not reused.
+    cached; a loader attaches its augmentation (or another normaliser) afterwards.
+    ``version`` is the loader's preprocessing version: bump it when the decoding changes
+    so that old entries are not reused.
     """
     if not enabled:
         return build()

@@ -22,7 +22,7 @@ import torch
 from fedkit_core.config import Config
 from fedkit_core.errors import FedkitError
 from fedkit_core.tasks import files
-from fedkit_core.tasks.augment import flips_and_rotations
+from fedkit_core.tasks.augment import attach
 from fedkit_core.tasks.base import CLASSIFICATION, Split, TaskData
 from fedkit_core.tasks.cache import cached
 
@@ -148,18 +148,19 @@ def load(config: Config, layout: FolderSet) -> TaskData:
             f"found no folders of images named after the classes ({_few(layout)})",
         )
     splits = _split_dirs(base)
-    trees = {s: files.class_folders(d) for s, d in splits.items()} or {
-        "all": files.class_folders(base)
-    }
+    if splits:
+        trees = {split: files.class_folders(folder) for split, folder in splits.items()}
+    else:
+        trees = {"all": files.class_folders(base)}
     classes = sorted({c for tree in trees.values() for c in tree})
     _check_classes(layout, classes, base)
     size = opts["image_size"] or layout.size
     inputs = [p for tree in trees.values() for paths in tree.values() for p in paths]
-    params = {"size": size, "fold": opts["fold"], "fit": layout.fit}
-
-    items = {s: _items(tree, classes) for s, tree in trees.items()}
+    params = {"size": size, "fit": layout.fit}
+    items = {split: _items(tree, classes) for split, tree in trees.items()}
     if "all" in items:
         items = _fold(items.pop("all"), opts["fold"])
+        params["fold"] = opts["fold"]
     elif "train" not in items:
         raise files.layout_error(layout.task, base, "split folders without a train folder")
 
@@ -173,9 +174,7 @@ def load(config: Config, layout: FolderSet) -> TaskData:
         )
 
     data = cached(layout.task, VERSION, base, inputs, params, build, opts["cache"])
-    if opts["augment"]:
-        data.augment = flips_and_rotations(segmentation=False)
-    return data
+    return attach(data, opts["augment"])
 
 
 def _split_dirs(folder: Path) -> dict[str, Path]:

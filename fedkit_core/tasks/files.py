@@ -39,7 +39,7 @@ def layout_error(task: str, root: Path | str, problem: str) -> FedkitError:
     from fedkit_core.tasks.registry import get_task
 
     spec = get_task(task)
-    lines = [f"task {task!r}: {problem}", f"(task.path={root})"]
+    lines = [f"task {task!r}: {problem} (looked in {root})"]
     if spec.layout:
         lines.append(f"Expected layout: {spec.layout}")
     if spec.source:

@@ -18,7 +18,7 @@ import torch
 
 from fedkit_core.config import Config
 from fedkit_core.tasks import files
-from fedkit_core.tasks.augment import flips_and_rotations
+from fedkit_core.tasks.augment import attach
 from fedkit_core.tasks.base import CLASSIFICATION, Split, TaskData
 from fedkit_core.tasks.cache import cached
 
@@ -83,9 +83,7 @@ def load(config: Config) -> TaskData:
         return TaskData(kind=CLASSIFICATION, class_names=list(CLASSES), sites=sites)
 
     data = cached(NAME, VERSION, base, [table, *paths], {"size": size}, build, opts["cache"])
-    if opts["augment"]:
-        data.augment = flips_and_rotations(segmentation=False)
-    return data
+    return attach(data, opts["augment"])
 
 
 def _split_table(root: Path, base: Path) -> Path:

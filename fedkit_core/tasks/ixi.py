@@ -22,7 +22,7 @@ import torch
 
 from fedkit_core.config import Config
 from fedkit_core.tasks import files
-from fedkit_core.tasks.augment import flips_and_rotations
+from fedkit_core.tasks.augment import attach
 from fedkit_core.tasks.base import SEGMENTATION, Normalizer, Split, TaskData
 from fedkit_core.tasks.cache import cached
 
@@ -78,9 +78,7 @@ def load(config: Config) -> TaskData:
 
     data = cached(NAME, VERSION, base, inputs, {"shape": shape}, build, opts["cache"])
     data.normalizer = Normalizer(mean=(0.0,), std=(1.0,))  # already z-scored per volume
-    if opts["augment"]:
-        data.augment = flips_and_rotations(segmentation=True, spatial_dims=3)
-    return data
+    return attach(data, opts["augment"])
 
 
 def _subjects(folder: Path) -> list[Path]:

@@ -19,7 +19,7 @@ import torch
 
 from fedkit_core.config import Config
 from fedkit_core.tasks import files
-from fedkit_core.tasks.augment import flips_and_rotations
+from fedkit_core.tasks.augment import attach
 from fedkit_core.tasks.base import SEGMENTATION, Split, TaskData
 from fedkit_core.tasks.cache import cached
 
@@ -69,9 +69,7 @@ def load(config: Config) -> TaskData:
 
     inputs = [p for pair in pairs for p in pair]
     data = cached(NAME, VERSION, base, inputs, {"size": size}, build, opts["cache"])
-    if opts["augment"]:
-        data.augment = flips_and_rotations(segmentation=True)
-    return data
+    return attach(data, opts["augment"])
 
 
 def _folders(folder: Path) -> tuple[Path, Path] | None:

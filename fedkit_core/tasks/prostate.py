@@ -28,7 +28,7 @@ import torch
 from fedkit_core.config import Config
 from fedkit_core.errors import FedkitError
 from fedkit_core.tasks import files
-from fedkit_core.tasks.augment import flips_and_rotations
+from fedkit_core.tasks.augment import attach
 from fedkit_core.tasks.base import SEGMENTATION, SPLITS, Split, TaskData
 from fedkit_core.tasks.cache import cached
 
@@ -52,22 +52,28 @@ def load(config: Config) -> TaskData:
             NAME, root, f"found none of the site folders {', '.join(SITES)} with data"
         )
     size = opts["image_size"] or NATIVE_SIZE
-    sites = {folder: _site_layout(folder) for folder in files.subdirs(base)}
-    sites = {folder: layout for folder, layout in sites.items() if layout}
-    inputs = [f for folder, layout in sites.items() for f in _inputs(folder, layout, opts)]
+    # per site: its layout and its file pairs (per split for slices, per case for volumes)
+    plan = {}
+    for folder in files.subdirs(base):
+        layout = _site_layout(folder)
+        if layout == "slices":
+            plan[folder] = (layout, _slice_pairs(folder, opts["pairing"]))
+        elif layout == "volumes":
+            plan[folder] = (layout, {"cases": _volume_pairs(folder)})
+    inputs = [
+        p for _, groups in plan.values() for ps in groups.values() for pair in ps for p in pair
+    ]
     params = {"size": size, "pairing": opts["pairing"], "foreground": opts["mask_foreground"]}
 
     def build() -> TaskData:
         decoded = {
-            ALIASES.get(folder.name, folder.name): (layout, _decode(folder, layout, size, opts))
-            for folder, layout in sites.items()
+            ALIASES.get(folder.name, folder.name): (layout, _decode(folder, layout, groups, size))
+            for folder, (layout, groups) in plan.items()
         }
         return _task_data(decoded, opts["mask_foreground"], base)
 
     data = cached(NAME, VERSION, base, inputs, params, build, opts["cache"])
-    if opts["augment"]:
-        data.augment = flips_and_rotations(segmentation=True)
-    return data
+    return attach(data, opts["augment"])
 
 
 def _holds_sites(folder: Path) -> bool:
@@ -91,14 +97,14 @@ def _stem(path: Path) -> str:
     return path.name.removesuffix(".gz").removesuffix(".nii")
 
 
-def _slice_pairs(folder: Path, opts: dict) -> dict[str, list[tuple[Path, Path]]]:
+def _slice_pairs(folder: Path, pairing: str) -> dict[str, list[tuple[Path, Path]]]:
     pairs = {}
     for split in SPLITS:
         images = files.list_images(folder / split / "image")
         if images:
             masks = files.list_images(folder / split / "mask")
             where = f"{folder.name}/{split}"
-            pairs[split] = files.pair_files(images, masks, where, opts["pairing"])
+            pairs[split] = files.pair_files(images, masks, where, pairing)
     return pairs
 
 
@@ -112,32 +118,28 @@ def _volume_pairs(folder: Path) -> list[tuple[Path, Path]]:
     pairs, lone = [], []
     for volume in volumes:
         mask = masks.get(_stem(volume).lower())
-        (pairs.append((volume, mask)) if mask else lone.append(volume.name))
+        if mask is None:
+            lone.append(volume.name)
+        else:
+            pairs.append((volume, mask))
     if lone:
         files.warn(f"{folder.name}: skipped volumes without a *_segmentation file: {lone}")
     return pairs
 
 
-def _inputs(folder: Path, layout: str, opts: dict) -> list[Path]:
-    if layout == "slices":
-        return [p for pairs in _slice_pairs(folder, opts).values() for pair in pairs for p in pair]
-    return [p for pair in _volume_pairs(folder) for p in pair]
-
-
-def _decode(folder: Path, layout: str, size: int, opts: dict) -> dict[str, tuple]:
+def _decode(folder: Path, layout: str, groups: dict[str, list], size: int) -> dict[str, tuple]:
     """Split name -> (images (N,1,S,S) uint8, masks (N,S,S) uint8).
 
     Slice masks keep their grey values (their polarity is decided over the data set);
     volume masks are already labels 0 / 1.
     """
     if layout == "slices":
-        pairs = _slice_pairs(folder, opts)
-        if not pairs.get("train"):
+        if not groups.get("train"):
             raise files.layout_error(
                 NAME, folder, f"site {folder.name}: no image/mask pairs in train/image, train/mask"
             )
-        return {split: files.decode_pairs(p, 1, size) for split, p in pairs.items() if p}
-    cases = _volume_pairs(folder)
+        return {split: files.decode_pairs(p, 1, size) for split, p in groups.items() if p}
+    cases = groups["cases"]
     if not cases:
         raise files.layout_error(NAME, folder, f"site {folder.name}: no Case*.nii.gz with masks")
     order = np.random.default_rng(CASE_SEED).permutation(len(cases))
@@ -164,8 +166,8 @@ def _slices(volume_path: Path, mask_path: Path, size: int) -> tuple[np.ndarray, 
 
     volume = np.asarray(nib.load(volume_path).dataobj, dtype=np.float32)
     mask = np.asarray(nib.load(mask_path).dataobj) > 0
-    if volume.ndim == 4:  # (H, W, D, 1)
-        volume, mask = volume[..., 0], mask[..., 0] if mask.ndim == 4 else mask
+    volume = volume[..., 0] if volume.ndim == 4 else volume  # (H, W, D, 1)
+    mask = mask[..., 0] if mask.ndim == 4 else mask
     if volume.shape != mask.shape or volume.ndim != 3:
         raise FedkitError(
             f"{volume_path} has shape {volume.shape} but its mask {mask_path} has {mask.shape}"

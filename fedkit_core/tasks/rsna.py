@@ -27,7 +27,7 @@ import torch
 from fedkit_core.config import Config
 from fedkit_core.errors import FedkitError
 from fedkit_core.tasks import files
-from fedkit_core.tasks.augment import flips_and_rotations
+from fedkit_core.tasks.augment import attach
 from fedkit_core.tasks.base import CLASSIFICATION, Split, TaskData
 from fedkit_core.tasks.cache import cached
 
@@ -55,6 +55,8 @@ def load(config: Config) -> TaskData:
         files.warn(f"rsna-ich: {len(labels) - len(ids)} labelled images are not in {folder}")
     size = opts["image_size"] or NATIVE_SIZE
     window = tuple(opts["window"])
+    if len(window) != 2 or window[1] <= 0:
+        raise FedkitError(f"task.window must be [centre, width > 0] in HU, got {list(window)}")
     paths = [by_id[i] for i in ids]
 
     def build() -> TaskData:
@@ -75,9 +77,7 @@ def load(config: Config) -> TaskData:
 
     params = {"size": size, "window": window}
     data = cached(NAME, VERSION, folder, [table, *paths], params, build, opts["cache"])
-    if opts["augment"]:
-        data.augment = flips_and_rotations(segmentation=False)
-    return data
+    return attach(data, opts["augment"])
 
 
 def _label_file(root: Path, given: str | None) -> Path:
@@ -100,32 +100,38 @@ def _label_file(root: Path, given: str | None) -> Path:
 
 
 def _read_labels(table: Path) -> dict[str, list[int]]:
-    """Image id -> 0/1 per subtype, from the long (``ID,Label``) or the wide format."""
+    """Image id -> 0/1 per subtype, from the long (``ID,Label``) or the wide format.
+
+    Streams the rows: the challenge's csv has 4.5 million of them.
+    """
     with table.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        columns = {c.strip().lower(): c for c in reader.fieldnames or []}
-        rows = list(reader)
-    out: dict[str, list[int]] = {}
-    if {"id", "label"} <= set(columns) and not set(SUBTYPES) <= set(columns):
-        for row in rows:
-            image, _, subtype = row[columns["id"]].rpartition("_")
-            if subtype in SUBTYPES:
-                out.setdefault(image, [0] * len(SUBTYPES))[SUBTYPES.index(subtype)] = int(
-                    float(row[columns["label"]])
-                )
-        return out
-    key = next((columns[c] for c in ("id", "image", "image_id", "filename") if c in columns), None)
-    if key is None or not set(SUBTYPES) <= set(columns):
-        raise files.layout_error(
-            NAME,
-            table,
-            f"{table.name}: expected columns ID,Label (Kaggle format) or an image "
-            f"column and the columns {', '.join(SUBTYPES)}",
+        reader = csv.reader(fh)
+        header = [c.strip().lower() for c in next(reader, [])]
+        if {"id", "label"} <= set(header) and not set(SUBTYPES) <= set(header):
+            id_col, label_col = header.index("id"), header.index("label")
+            out: dict[str, list[int]] = {}
+            for row in reader:
+                image, _, subtype = row[id_col].rpartition("_")
+                if subtype in SUBTYPES:
+                    flags = out.setdefault(image, [0] * len(SUBTYPES))
+                    flags[SUBTYPES.index(subtype)] = int(float(row[label_col]))
+            return out
+        key = next(
+            (header.index(c) for c in ("id", "image", "image_id", "filename") if c in header), None
         )
-    for row in rows:
-        image = Path(row[key].strip()).name.split(".")[0]
-        out[image] = [int(float(row[columns[s]])) for s in SUBTYPES]
-    return out
+        if key is None or not set(SUBTYPES) <= set(header):
+            raise files.layout_error(
+                NAME,
+                table,
+                f"{table.name}: expected columns ID,Label (Kaggle format) or an image "
+                f"column and the columns {', '.join(SUBTYPES)}",
+            )
+        columns = [header.index(s) for s in SUBTYPES]
+        return {
+            Path(row[key].strip()).name.split(".")[0]: [int(float(row[c])) for c in columns]
+            for row in reader
+            if row
+        }
 
 
 def _single_type(labels: dict[str, list[int]]) -> dict[str, int]:

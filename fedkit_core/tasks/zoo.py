@@ -8,7 +8,7 @@ Loaders live in one module per data-set family; this module only registers them.
 from __future__ import annotations
 
 from fedkit_core.options import Option
-from fedkit_core.tasks.augment import augment_option
+from fedkit_core.tasks.augment import AUGMENT_OPTION
 from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION
 from fedkit_core.tasks.cache import CACHE_OPTION
 from fedkit_core.tasks.registry import SEGMENTATION_DEFAULTS, TaskSpec, register_task
@@ -29,7 +29,7 @@ register_task(
         loader="fedkit_core.tasks.prostate:load",
         options=(
             CACHE_OPTION,
-            augment_option(True),
+            AUGMENT_OPTION,
             PAIRING,
             Option(
                 "mask_foreground",
@@ -67,7 +67,7 @@ register_task(
         description="four-site fundus optic disc/cup segmentation (Fed-LWR's RIF), 384 px",
         kind=SEGMENTATION,
         loader="fedkit_core.tasks.fundus:load",
-        options=(CACHE_OPTION, augment_option(True), PAIRING),
+        options=(CACHE_OPTION, AUGMENT_OPTION, PAIRING),
         defaults={**SEGMENTATION_DEFAULTS, "task.image_size": 384, "task.val_fraction": 0.2},
         needs_path=True,
         layout=(
@@ -88,7 +88,7 @@ register_task(
         loader="fedkit_core.tasks.ixi:load",
         options=(
             CACHE_OPTION,
-            augment_option(False),
+            AUGMENT_OPTION,
             Option("shape", "list[int]", [48, 60, 48], "volume size after resizing (FLamby's)"),
             Option(
                 "metadata", str, None, "FLamby's metadata_tiny.csv (default: found in task.path)"
@@ -116,7 +116,7 @@ register_task(
         description="Fed-ISIC2019 dermoscopy, 8 classes, six centres with FLamby's split, 224 px",
         kind=CLASSIFICATION,
         loader="fedkit_core.tasks.isic:load",
-        options=(CACHE_OPTION, augment_option(False)),
+        options=(CACHE_OPTION, AUGMENT_OPTION),
         defaults={"task.image_size": 224},
         needs_path=True,
         layout=(
@@ -150,7 +150,7 @@ register_task(
         description="HyperKvasir GI endoscopy, 23 long-tailed classes, head/medium/tail, 224 px",
         kind=CLASSIFICATION,
         loader="fedkit_core.tasks.classfolders:load_hyperkvasir",
-        options=(CACHE_OPTION, augment_option(False), FOLD),
+        options=(CACHE_OPTION, AUGMENT_OPTION, FOLD),
         # Fed-MAS's shot groups: head > 700 training images, tail < 70
         defaults={"task.image_size": 224, "task.shot_thresholds": [700, 70]},
         needs_path=True,
@@ -170,7 +170,7 @@ register_task(
         description="OCT-C8 retinal OCT, 8 classes, train/val/test folders, 128 px grey (FedCB)",
         kind=CLASSIFICATION,
         loader="fedkit_core.tasks.classfolders:load_oct_c8",
-        options=(CACHE_OPTION, augment_option(False), FOLD),
+        options=(CACHE_OPTION, AUGMENT_OPTION, FOLD),
         defaults={"task.image_size": 128},
         needs_path=True,
         layout="{train,val,test}/{AMD,CNV,CSR,DME,DR,DRUSEN,MH,NORMAL}/*.jpg",
@@ -190,7 +190,7 @@ register_task(
         description="Kvasir v2 GI endoscopy, 8 classes, 128 px (FedCB)",
         kind=CLASSIFICATION,
         loader="fedkit_core.tasks.classfolders:load_kvasir_v2",
-        options=(CACHE_OPTION, augment_option(False), FOLD),
+        options=(CACHE_OPTION, AUGMENT_OPTION, FOLD),
         defaults={"task.image_size": 128},
         needs_path=True,
         layout=(
@@ -216,7 +216,7 @@ register_task(
         loader="fedkit_core.tasks.rsna:load",
         options=(
             CACHE_OPTION,
-            augment_option(False),
+            AUGMENT_OPTION,
             Option("window", "list[float]", [40.0, 80.0], "DICOM window [centre, width] in HU"),
             Option("labels", str, None, "label csv (default: stage_2_train.csv in task.path)"),
             Option("images", str, None, "image folder (default: the one holding the images)"),
@@ -261,7 +261,7 @@ register_task(
         description="paediatric chest X-ray pneumonia vs normal, 128 px grey (FedHelp)",
         kind=CLASSIFICATION,
         loader="fedkit_core.tasks.classfolders:load_pneumonia",
-        options=(CACHE_OPTION, augment_option(False), FOLD),
+        options=(CACHE_OPTION, AUGMENT_OPTION, FOLD),
         defaults={"task.image_size": 128},
         needs_path=True,
         layout="chest_xray/{train,val,test}/{NORMAL,PNEUMONIA}/*.jpeg",
@@ -287,7 +287,7 @@ register_task(
         description="2D lung segmentation in chest X-rays, Montgomery + Shenzhen (FedHelp), 256 px",
         kind=SEGMENTATION,
         loader="fedkit_core.tasks.lung:load",
-        options=(CACHE_OPTION, augment_option(False)),
+        options=(CACHE_OPTION, AUGMENT_OPTION),
         defaults={**SEGMENTATION_DEFAULTS, "task.image_size": 256},
         needs_path=True,
         layout=(

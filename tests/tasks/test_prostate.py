@@ -26,8 +26,33 @@ def test_slices_give_six_sites_with_dark_masks_as_prostate(tmp_path, load):
     assert bidmc["train"].images.shape == (3, 1, 16, 16)
     assert bidmc["train"].images.dtype == torch.uint8
     assert all(organ_is_bright(s) for splits in data.sites.values() for s in splits.values())
-    assert data.augment is not None
+    assert data.augment is None  # Fed-LWR states no augmentation
     assert base.name == "ProstateSlice"
+
+
+def test_augment_flips_image_and_mask_together(tmp_path, load):
+    fakes.prostate_slices(tmp_path, sites=["BIDMC"], counts={"train": 4})
+    data = load("prostate", tmp_path, image_size=16, augment=True)
+    train = data.sites["BIDMC"]["train"]
+    x, y = train.images.float(), train.targets
+    rng = torch.Generator().manual_seed(0)
+    ax, ay = data.augment(x, y, rng)
+    assert ax.shape == x.shape and ay.dtype == torch.int64 and type(ax) is torch.Tensor
+    changed = [not torch.equal(ax[i], x[i]) for i in range(len(x))]
+    assert any(changed)  # some samples were flipped or rotated ...
+
+    def dihedral(t):  # the 8 flips and 90-degree rotations of the last two axes
+        for flipped in (t, t.flip(-1)):
+            for k in range(4):
+                yield flipped.rot90(k, dims=(-2, -1))
+
+    for i in range(len(x)):  # ... each with the same flip/rotation of image and mask
+        assert any(
+            torch.equal(tx, ax[i]) and torch.equal(ty, ay[i])
+            for tx, ty in zip(dihedral(x[i]), dihedral(y[i]))
+        )
+    again = data.augment(x, y, torch.Generator().manual_seed(0))
+    assert torch.equal(again[0], ax)  # the generator decides: resumed runs augment alike
 
 
 def test_mask_foreground_can_be_forced(tmp_path, load):

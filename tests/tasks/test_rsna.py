@@ -60,3 +60,22 @@ def test_missing_label_csv(tmp_path, load):
     (tmp_path / "a.csv").write_text("x,y\n1,2\n")
     with pytest.raises(FedkitError, match="expected columns ID,Label"):
         load("rsna-ich", tmp_path)
+
+
+def test_wide_csv_and_png_images(tmp_path, load):
+    import csv
+
+    fakes.rsna_ich(tmp_path, fmt="png")
+    long = tmp_path / "stage_2_train.csv"
+    flags: dict[str, dict[str, str]] = {}
+    with long.open() as fh:
+        for row in csv.DictReader(fh):
+            image, _, subtype = row["ID"].rpartition("_")
+            flags.setdefault(image, {})[subtype] = row["Label"]
+    long.unlink()
+    with (tmp_path / "labels.csv").open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["Image", *SUBTYPES])
+        writer.writerows([f"{image}.png", *(f[s] for s in SUBTYPES)] for image, f in flags.items())
+    data = load("rsna-ich", tmp_path, image_size=8)
+    assert np.bincount(data.sites["all"]["train"].targets.numpy()).tolist() == [3] * 5
