@@ -61,7 +61,10 @@ def resolve_config(
         for o in spec.options
     ]
     layers.append({"plugins": names})
-    cfg = resolve(layers, [*CORE_OPTIONS, *task_options, *plugin_set.options()], spec.defaults)
+    # a named partition's values are defaults too: anything the user sets wins
+    preset = peek(layers, "partition.preset")
+    defaults = {**spec.defaults, **spec.partition_preset(None if preset is None else str(preset))}
+    cfg = resolve(layers, [*CORE_OPTIONS, *task_options, *plugin_set.options()], defaults)
     values = dict(cfg)
     if values["loss"] == "auto":
         values["loss"] = "dice" if spec.kind == SEGMENTATION else "ce"

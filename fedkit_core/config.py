@@ -72,6 +72,12 @@ CORE_OPTIONS: tuple[Option, ...] = (
         "how data is split into clients (auto: sites if the task has sites, else iid)",
         choices=("auto", "sites", "iid", "dirichlet", "class-dirichlet", "fractions"),
     ),
+    Option(
+        "partition.preset",
+        str,
+        None,
+        "a named partition of the task (see `fedkit tasks`) setting the partition.* defaults",
+    ),
     Option("partition.alpha", float, 0.5, "Dirichlet concentration (dirichlet)"),
     Option(
         "partition.alphas", "list[float]", None, "one Dirichlet alpha per class (class-dirichlet)"

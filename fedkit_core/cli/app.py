@@ -237,10 +237,11 @@ def tasks() -> None:
         table.add_column(column)
     for spec in all_tasks().values():
         path = spec.resolve_path(None)
+        presets = f" (partition.preset: {', '.join(spec.partitions)})" if spec.partitions else ""
         table.add_row(
             spec.name,
             spec.kind,
-            spec.description,
+            spec.description + presets,
             path or ("-" if not spec.needs_path else "(set it)"),
             spec.data_status(path),
         )

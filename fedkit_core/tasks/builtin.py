@@ -59,3 +59,5 @@ register_task(
         defaults=SEGMENTATION_DEFAULTS,
     )
 )
+
+import fedkit_core.tasks.zoo  # noqa: E402, F401  (registers the medical data-set tasks)

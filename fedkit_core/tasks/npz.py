@@ -71,7 +71,11 @@ def _class_names(arrays: dict[str, np.ndarray], num_classes: int, fallback: list
 
 
 def load_classification(config: Config) -> TaskData:
-    path = Path(config["task.path"])
+    return classification_file(Path(config["task.path"]))
+
+
+def classification_file(path: Path) -> TaskData:
+    """The TaskData of one classification .npz file (the ``npz`` task; MedMNIST's files)."""
     required = ("train_images", "train_labels", "test_images", "test_labels")
     arrays = read_npz(path, required, CLASSIFICATION_LAYOUT)
     splits: dict[str, Split] = {}

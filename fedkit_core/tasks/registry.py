@@ -61,6 +61,11 @@ class TaskSpec:
     source: str = ""
     #: folder name under the data root used when ``task.path`` is unset (None: no default)
     default_dir: str | None = None
+    #: glob patterns under ``task.path``; the data counts as found when one of them matches
+    #: (a cheap check for `fedkit tasks`; the loader reports precisely what is missing)
+    markers: tuple[str, ...] = ()
+    #: named partitions (``partition.preset``): name -> core config values they default to
+    partitions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def resolve_path(self, path: str | None) -> str | None:
         """``task.path`` if set, else the task's default folder under :func:`data_root`."""
@@ -76,15 +81,34 @@ class TaskSpec:
         return loader(config)
 
     def data_status(self, path: str | None) -> str:
-        """``generated``, ``found``, ``missing`` or ``needs task.path`` (for `fedkit tasks`)."""
+        """``generated``, ``found``, ``missing``, ``not in layout`` or ``needs task.path``."""
         if not self.needs_path:
             return "generated"
         if not path:
             return "needs task.path"
-        return "found" if Path(path).exists() else "missing"
+        root = Path(path)
+        if not root.exists():
+            return "missing"
+        markers = self.markers if root.is_dir() else ()
+        if markers and not any(next(root.glob(pattern), None) for pattern in markers):
+            return "not in layout"
+        return "found"
+
+    def partition_preset(self, name: str | None) -> dict[str, Any]:
+        """The config values of the named partition ``name`` (``{}`` for None)."""
+        if name is None:
+            return {}
+        if name not in self.partitions:
+            raise unknown(f"partition.preset of task {self.name!r}", name, self.partitions)
+        return dict(self.partitions[name])
 
     def missing_data_error(self, path: str | None) -> FedkitError:
-        what = f"task.path={path} does not exist" if path else "task.path is not set"
+        if not path:
+            what = "task.path is not set"
+        elif Path(path).exists():
+            what = f"task.path={path} holds no data in the expected layout"
+        else:
+            what = f"task.path={path} does not exist"
         lines = [f"task {self.name!r}: {what}."]
         if self.layout:
             lines.append(f"Expected layout: {self.layout}")

@@ -1,0 +1,164 @@
+"""A cache of decoded, resized task data, so that only the first run pays for decoding.
+
+The cache holds a task's sites and splits as tensors plus its description (classes,
+sites, shot groups) and its normaliser's statistics (pooling a large training set to
+compute them costs more than reading the cache). Its key covers the task, its loader
+version, the data folder, the preprocessing parameters and every source file's path,
+size and modification time: any change to the data or the options makes a new entry. Entries live in
+``<data folder>/.fedkit-cache/`` when that folder is writable (by its permission bits, so
+that a read-only data folder stays untouched even for root), else in the user cache
+(``$FEDKIT_CACHE``, by default ``$XDG_CACHE_HOME/fedkit`` or ``~/.cache/fedkit``).
+Writes are atomic: a run killed while writing leaves no partial entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedkit_core.options import Option
+from fedkit_core.results.store import write_torch
+from fedkit_core.tasks.base import Normalizer, Split, TaskData
+from fedkit_core.tasks.files import warn
+from fedkit_core.tasks.loading import fit_normalizer
+
+CACHE_ENV = "FEDKIT_CACHE"
+DATA_CACHE_DIR = ".fedkit-cache"
+FORMAT = 1
+
+#: the ``task.cache`` option every file-based task declares
+CACHE_OPTION = Option("cache", bool, True, "cache the decoded, resized arrays for faster reruns")
+
+
+def user_cache_dir() -> Path:
+    """``$FEDKIT_CACHE``, else ``$XDG_CACHE_HOME/fedkit``, else ``~/.cache/fedkit``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
+    return Path(base).expanduser() / "fedkit"
+
+
+def cache_key(
+    task: str, version: int, root: Path, files: Iterable[Path], params: Mapping[str, Any]
+) -> str:
+    """A digest of everything the cached arrays depend on."""
+    digest = hashlib.sha256()
+    head = {"task": task, "version": version, "format": FORMAT, "root": str(root.resolve())}
+    digest.update(json.dumps({**head, "params": params}, sort_keys=True, default=str).encode())
+    for path in sorted(Path(f) for f in files):
+        stat = path.stat()
+        digest.update(f"\n{path}\t{stat.st_size}\t{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()[:24]
+
+
+def cache_dirs(root: Path) -> list[Path]:
+    """Where entries for data under ``root`` may live, in order of preference."""
+    folder = root if root.is_dir() else root.parent
+    local = [folder / DATA_CACHE_DIR] if _writable(folder) else []
+    return [*local, user_cache_dir() / "tasks"]
+
+
+def _writable(folder: Path) -> bool:
+    """Writable by its owner's permission bits and by this process (root ignores the bits)."""
+    try:
+        return bool(folder.stat().st_mode & stat.S_IWUSR) and os.access(folder, os.W_OK)
+    except OSError:
+        return False
+
+
+def cached(
+    task: str,
+    version: int,
+    root: Path,
+    files: Iterable[Path],
+    params: Mapping[str, Any],
+    build: Callable[[], TaskData],
+    enabled: bool = True,
+) -> TaskData:
+    """``build()``'s TaskData, read from the cache when an entry for the same inputs exists.
+
+    The data (sites, splits, classes, shot groups) and the normaliser fitted to it are
+    cached; a loader attaches its augmentation (or another normaliser) afterwards.
+    ``version`` is the loader's preprocessing version: bump it when the decoding changes
+    so that old entries are not reused.
+    """
+    if not enabled:
+        return build()
+    name = f"{task}-{cache_key(task, version, root, files, params)}.pt"
+    for folder in cache_dirs(root):
+        entry = folder / name
+        if entry.is_file():
+            data = _read(entry)
+            if data is not None:
+                return data
+    data = build()
+    if data.normalizer is None:
+        data.normalizer = fit_normalizer(data)
+    _write(name, root, data)
+    return data
+
+
+def _read(entry: Path) -> TaskData | None:
+    try:
+        saved = torch.load(entry, map_location="cpu", weights_only=True, mmap=True)
+        meta = json.loads(saved["meta"])
+        sites = {
+            site: {
+                split: Split(arrays["images"], arrays["targets"].long())
+                for split, arrays in s.items()
+            }
+            for site, s in saved["sites"].items()
+        }
+    except Exception as err:  # a damaged entry is rebuilt, never fatal
+        warn(f"ignoring unreadable cache entry {entry}: {err}")
+        return None
+    return TaskData(
+        kind=meta["kind"],
+        class_names=meta["class_names"],
+        sites=sites,
+        has_sites=meta["has_sites"],
+        shot_groups=meta["shot_groups"],
+        normalizer=Normalizer(tuple(meta["mean"]), tuple(meta["std"])),
+    )
+
+
+def _compact(targets: torch.Tensor) -> torch.Tensor:
+    """Labels as uint8 when they fit (a segmentation mask is 8x smaller than as int64)."""
+    fits = len(targets) == 0 or (int(targets.min()) >= 0 and int(targets.max()) < 256)
+    return (targets.to(torch.uint8) if fits else targets).contiguous()
+
+
+def _write(name: str, root: Path, data: TaskData) -> None:
+    meta = {
+        "kind": data.kind,
+        "class_names": list(data.class_names),
+        "has_sites": data.has_sites,
+        "shot_groups": data.shot_groups,
+        "mean": list(data.normalizer.mean),
+        "std": list(data.normalizer.std),
+    }
+    payload = {
+        "meta": json.dumps(meta),
+        "sites": {
+            site: {
+                split: {"images": s.images.contiguous(), "targets": _compact(s.targets)}
+                for split, s in splits.items()
+            }
+            for site, splits in data.sites.items()
+        },
+    }
+    errors = []
+    for folder in cache_dirs(root):
+        try:
+            write_torch(folder / name, payload)
+            return
+        except OSError as err:  # read-only data folder: fall back to the user cache
+            errors.append(f"{folder}: {err.strerror or err}")
+    warn(f"could not write the task cache ({'; '.join(errors)}); the next run decodes again")

@@ -1,0 +1,237 @@
+"""Classification data sets stored as one folder of images per class.
+
+Two arrangements are read: split folders ``<root>/{train,val,test}/<class>/*.jpg``
+(OCT-C8, the chest X-ray pneumonia set) and a single tree of class folders, possibly
+nested (Kvasir v2's ``<class>/*.jpg``, HyperKvasir's ``labeled-images/<tract>/<category>/
+<class>/*.jpg``). Labels follow the sorted class-folder names (torchvision's ImageFolder
+order, which the papers' code uses); class names are readable versions of the folder
+names, in label order, for methods that prompt a language model with them (FedCB).
+A tree without split folders gets a stratified test fold (``task.fold`` of 5, fixed
+seed); val is carved from train by the partitioner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedkit_core.config import Config
+from fedkit_core.errors import FedkitError
+from fedkit_core.tasks import files
+from fedkit_core.tasks.augment import attach
+from fedkit_core.tasks.base import CLASSIFICATION, Split, TaskData
+from fedkit_core.tasks.cache import cached
+
+VERSION = 1
+FOLDS = 5
+FOLD_SEED = 2023
+SPLIT_NAMES = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
+
+
+@dataclass(frozen=True)
+class FolderSet:
+    """What a class-folder data set looks like and how it is prepared."""
+
+    task: str
+    channels: int
+    size: int
+    #: the class folders a complete copy holds (others are accepted with a warning)
+    classes: tuple[str, ...]
+    #: readable class names by folder name (default: the folder name, '-' and '_' as spaces)
+    names: Mapping[str, str] = field(default_factory=dict)
+    fit: str = "stretch"
+
+    def name(self, folder: str) -> str:
+        return self.names.get(folder, folder.replace("-", " ").replace("_", " "))
+
+
+HYPERKVASIR = FolderSet(
+    task="hyperkvasir",
+    channels=3,
+    size=224,
+    classes=(
+        "barretts",
+        "barretts-short-segment",
+        "bbps-0-1",
+        "bbps-2-3",
+        "cecum",
+        "dyed-lifted-polyps",
+        "dyed-resection-margins",
+        "esophagitis-a",
+        "esophagitis-b-d",
+        "hemorrhoids",
+        "ileum",
+        "impacted-stool",
+        "polyps",
+        "pylorus",
+        "retroflex-rectum",
+        "retroflex-stomach",
+        "ulcerative-colitis-grade-0-1",
+        "ulcerative-colitis-grade-1",
+        "ulcerative-colitis-grade-1-2",
+        "ulcerative-colitis-grade-2",
+        "ulcerative-colitis-grade-2-3",
+        "ulcerative-colitis-grade-3",
+        "z-line",
+    ),
+    names={"barretts": "barrett's esophagus", "barretts-short-segment": "short-segment barrett's"},
+)
+OCT_C8 = FolderSet(
+    task="oct-c8",
+    channels=1,
+    size=128,
+    classes=("AMD", "CNV", "CSR", "DME", "DR", "DRUSEN", "MH", "NORMAL"),
+    names={
+        "AMD": "age-related macular degeneration",
+        "CNV": "choroidal neovascularization",
+        "CSR": "central serous retinopathy",
+        "DME": "diabetic macular edema",
+        "DR": "diabetic retinopathy",
+        "DRUSEN": "drusen",
+        "MH": "macular hole",
+        "NORMAL": "healthy",
+    },
+)
+KVASIR_V2 = FolderSet(
+    task="kvasir-v2",
+    channels=3,
+    size=128,
+    classes=(
+        "dyed-lifted-polyps",
+        "dyed-resection-margins",
+        "esophagitis",
+        "normal-cecum",
+        "normal-pylorus",
+        "normal-z-line",
+        "polyps",
+        "ulcerative-colitis",
+    ),
+)
+PNEUMONIA = FolderSet(
+    task="pneumonia-cxr",
+    channels=1,
+    size=128,
+    classes=("NORMAL", "PNEUMONIA"),
+    names={"NORMAL": "normal", "PNEUMONIA": "pneumonia"},
+)
+
+
+def load_hyperkvasir(config: Config) -> TaskData:
+    return load(config, HYPERKVASIR)
+
+
+def load_oct_c8(config: Config) -> TaskData:
+    return load(config, OCT_C8)
+
+
+def load_kvasir_v2(config: Config) -> TaskData:
+    return load(config, KVASIR_V2)
+
+
+def load_pneumonia(config: Config) -> TaskData:
+    return load(config, PNEUMONIA)
+
+
+def load(config: Config, layout: FolderSet) -> TaskData:
+    """The TaskData of a class-folder data set (one site; partitioners make the clients)."""
+    opts = config.section("task")
+    root = Path(config["task.path"])
+    base = files.find_dir(root, lambda d: bool(_split_dirs(d)) or _class_tree(d, layout))
+    if base is None:
+        raise files.layout_error(
+            layout.task,
+            root,
+            f"found no folders of images named after the classes ({_few(layout)})",
+        )
+    splits = _split_dirs(base)
+    if splits:
+        trees = {split: files.class_folders(folder) for split, folder in splits.items()}
+    else:
+        trees = {"all": files.class_folders(base)}
+    classes = sorted({c for tree in trees.values() for c in tree})
+    _check_classes(layout, classes, base)
+    size = opts["image_size"] or layout.size
+    inputs = [p for tree in trees.values() for paths in tree.values() for p in paths]
+    params = {"size": size, "fit": layout.fit}
+    items = {split: _items(tree, classes) for split, tree in trees.items()}
+    if "all" in items:
+        items = _fold(items.pop("all"), opts["fold"])
+        params["fold"] = opts["fold"]
+    elif "train" not in items:
+        raise files.layout_error(layout.task, base, "split folders without a train folder")
+
+    def build() -> TaskData:
+        decoded = {s: _decode(entries, layout, size) for s, entries in items.items()}
+        return TaskData(
+            kind=CLASSIFICATION,
+            class_names=[layout.name(c) for c in classes],
+            sites={"all": decoded},
+            has_sites=False,
+        )
+
+    data = cached(layout.task, VERSION, base, inputs, params, build, opts["cache"])
+    return attach(data, opts["augment"])
+
+
+def _split_dirs(folder: Path) -> dict[str, Path]:
+    """``{train,val,test}`` subfolders that hold class folders, by canonical split name."""
+    out = {}
+    for sub in files.subdirs(folder):
+        split = SPLIT_NAMES.get(sub.name.lower())
+        if split and any(files.list_images(c) for c in files.subdirs(sub)):
+            out[split] = sub
+    return out
+
+
+def _class_tree(folder: Path, layout: FolderSet) -> bool:
+    """Does ``folder`` hold (possibly nested) folders named like the task's classes?"""
+    try:
+        names = files.class_folders(folder, depth=3)
+    except FedkitError:  # the same class name in several folders: split folders further down
+        return False
+    return any(name in set(layout.classes) for name in names)
+
+
+def _few(layout: FolderSet) -> str:
+    shown = ", ".join(layout.classes[:4])
+    return shown + (", ..." if len(layout.classes) > 4 else "")
+
+
+def _check_classes(layout: FolderSet, classes: list[str], base: Path) -> None:
+    missing = sorted(set(layout.classes) - set(classes))
+    extra = sorted(set(classes) - set(layout.classes))
+    if len(classes) < 2:
+        raise files.layout_error(layout.task, base, f"found only the class folders {classes}")
+    if missing or extra:
+        files.warn(
+            f"{layout.task} at {base}: class folders differ from the published set "
+            f"(missing {missing}, unexpected {extra}); labels follow the folders found"
+        )
+
+
+def _items(tree: dict[str, list[Path]], classes: list[str]) -> list[tuple[Path, int]]:
+    return [(path, classes.index(c)) for c, paths in tree.items() for path in paths]
+
+
+def _decode(items: list[tuple[Path, int]], layout: FolderSet, size: int) -> Split:
+    images = files.read_images([path for path, _ in items], layout.channels, size, layout.fit)
+    labels = np.array([label for _, label in items], dtype=np.int64)
+    return Split(torch.from_numpy(images), torch.from_numpy(labels))
+
+
+def _fold(items: list[tuple[Path, int]], fold: int) -> dict[str, list[tuple[Path, int]]]:
+    """Train and test of a stratified ``FOLDS``-fold split (fixed seed): test is ``fold``."""
+    rng = np.random.default_rng(FOLD_SEED)
+    labels = np.array([label for _, label in items])
+    test = np.zeros(len(items), dtype=bool)
+    for c in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == c))
+        test[np.array_split(members, FOLDS)[fold]] = True
+    return {
+        "train": [item for item, t in zip(items, test) if not t],
+        "test": [item for item, t in zip(items, test) if t],
+    }

@@ -1,0 +1,265 @@
+"""Reading on-disk data sets: images, masks, paired image/mask folders, class-folder trees.
+
+Shared by every file-based task, so that a loader only states its layout. Images come back
+channels-first uint8 arrays already resized (JPEGs are decoded at reduced scale when that
+suffices, which makes first loads of large photographs several times faster).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+
+from fedkit_core.errors import FedkitError
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
+#: name endings that mark a mask file of the image with the same name without them
+MASK_ENDINGS = ("_segmentation", "_mask", "-mask", "_seg", "_label", "_gt")
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class DataWarning(UserWarning):
+    """Something in a data set was skipped or guessed; the message says what and where."""
+
+
+def warn(message: str) -> None:
+    warnings.warn(message, DataWarning, stacklevel=3)
+
+
+def layout_error(task: str, root: Path | str, problem: str) -> FedkitError:
+    """A FedkitError naming the problem, where fedkit looked, the task's layout and source."""
+    from fedkit_core.tasks.registry import get_task
+
+    spec = get_task(task)
+    lines = [f"task {task!r}: {problem} (looked in {root})"]
+    if spec.layout:
+        lines.append(f"Expected layout: {spec.layout}")
+    if spec.source:
+        lines.append(f"The data is published at: {spec.source}")
+    return FedkitError("\n".join(lines))
+
+
+def is_image(path: Path) -> bool:
+    return path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".")
+
+
+def list_images(folder: Path) -> list[Path]:
+    """The image files directly in ``folder``, sorted by name (hidden files ignored)."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_file() and is_image(p))
+
+
+def subdirs(folder: Path) -> list[Path]:
+    """Visible subfolders of ``folder``, sorted by name (``__MACOSX`` and dot folders ignored)."""
+    if not folder.is_dir():
+        return []
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if p.is_dir() and not p.name.startswith((".", "__"))  # .fedkit-cache, __MACOSX
+    )
+
+
+def find_dir(root: Path, accept: Callable[[Path], bool], depth: int = 3) -> Path | None:
+    """The shallowest folder at or below ``root`` (up to ``depth`` levels) that ``accept``s.
+
+    Lets ``task.path`` point at the data set's folder or at any folder a few levels above
+    it (an unpacked archive often nests ``chest_xray/chest_xray/...``).
+    """
+    level = [root]
+    for _ in range(depth + 1):
+        for folder in level:
+            if accept(folder):
+                return folder
+        level = [sub for folder in level for sub in subdirs(folder)]
+    return None
+
+
+def parallel_map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """``[fn(x) for x in items]`` on a thread pool (PIL and nibabel decode outside the GIL)."""
+    workers = min(8, os.cpu_count() or 1, max(1, len(items)))
+    if workers == 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(fn, items))
+
+
+def read_image(path: Path, channels: int, size: int | None, fit: str = "stretch") -> np.ndarray:
+    """An image as a (C, H, W) uint8 array with ``channels`` (1 grey, 3 RGB).
+
+    ``size`` resizes to ``size`` x ``size``: ``fit="stretch"`` resizes the whole image,
+    ``fit="crop"`` scales the shorter side to ``size`` and keeps the centre square.
+    """
+    from PIL import Image
+
+    mode = "L" if channels == 1 else "RGB"
+    with Image.open(path) as im:
+        if size:
+            im.draft(mode, (size, size))  # JPEG: decode at the smallest scale >= size
+        im = _to_8bit(im).convert(mode)
+        if size:
+            im = _fit(im, size, fit, Image.Resampling.BILINEAR)
+        array = np.asarray(im, dtype=np.uint8)
+    return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
+
+
+def read_mask(path: Path, size: int | None) -> np.ndarray:
+    """A label image as an (H, W) uint8 array of its grey values, resized by nearest neighbour."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        im = _to_8bit(im)
+        if im.mode not in ("L", "P"):
+            im = im.convert("L")
+        if size:
+            im = _fit(im, size, "stretch", Image.Resampling.NEAREST)
+        return np.asarray(im, dtype=np.uint8)
+
+
+def _to_8bit(im):
+    """16-bit and float images scaled to 8 bits (PIL's convert("L") would clip them)."""
+    from PIL import Image
+
+    if im.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
+        array = np.asarray(im, dtype=np.float64)
+        low, high = float(array.min()), float(array.max())
+        scaled = (array - low) / (high - low) * 255.0 if high > low else np.zeros_like(array)
+        return Image.fromarray(scaled.round().astype(np.uint8))
+    return im
+
+
+def _fit(im, size: int, fit: str, resample):
+    if fit == "crop":
+        scale = size / min(im.size)
+        width, height = max(size, round(im.width * scale)), max(size, round(im.height * scale))
+        im = im.resize((width, height), resample)
+        left, top = (width - size) // 2, (height - size) // 2
+        return im.crop((left, top, left + size, top + size))
+    return im.resize((size, size), resample)
+
+
+def mask_key(path: Path) -> str:
+    """The name an image and its mask share: the stem without a mask ending, lower case."""
+    stem = path.name.split(".")[0].lower()
+    for ending in MASK_ENDINGS:
+        if stem.endswith(ending):
+            return stem[: -len(ending)]
+    return stem
+
+
+def pair_files(
+    images: Iterable[Path], masks: Iterable[Path], where: str, pairing: str = "auto"
+) -> list[tuple[Path, Path]]:
+    """Pair each image with the mask of the same name (see :func:`mask_key`).
+
+    Files left without a partner are reported. With ``pairing="auto"``, when as many
+    images as masks are left over they are paired in sorted name order (the real
+    ProstateSlice sample ships ``I2CVB/train/image/00_01.png`` with ``mask/00_00.png``);
+    with ``pairing="name"`` they are skipped.
+    """
+    by_key = {mask_key(m): m for m in sorted(masks)}
+    pairs, lone_images = [], []
+    for image in sorted(images):
+        mask = by_key.pop(mask_key(image), None)
+        if mask is None:
+            lone_images.append(image)
+        else:
+            pairs.append((image, mask))
+    lone_masks = sorted(by_key.values())
+    if not lone_images and not lone_masks:
+        return pairs
+    if pairing == "auto" and len(lone_images) == len(lone_masks):
+        shown = ", ".join(
+            f"{i.name} <-> {m.name}" for i, m in list(zip(lone_images, lone_masks))[:5]
+        )
+        warn(
+            f"{where}: {len(lone_images)} image(s) and mask(s) have different names and were "
+            f"paired in sorted order: {shown}. Set task.pairing=name to skip them instead."
+        )
+        return sorted(pairs + list(zip(lone_images, lone_masks)))
+    warn(
+        f"{where}: skipped {len(lone_images)} image(s) without a mask of the same name "
+        f"{_names(lone_images)} and {len(lone_masks)} mask(s) without an image {_names(lone_masks)}"
+    )
+    return pairs
+
+
+def _names(paths: Sequence[Path], limit: int = 5) -> str:
+    shown = ", ".join(p.name for p in paths[:limit])
+    more = f", ... ({len(paths) - limit} more)" if len(paths) > limit else ""
+    return f"[{shown}{more}]" if paths else "[]"
+
+
+def class_folders(root: Path, depth: int = 4) -> dict[str, list[Path]]:
+    """The leaf folders under ``root`` that hold images, by folder name (sorted by name).
+
+    Serves flat ``root/<class>/*.jpg`` trees and nested ones such as HyperKvasir's
+    ``labeled-images/<tract>/<category>/<class>/*.jpg``. Two leaves with the same name
+    are an error (their classes could not be told apart).
+    """
+    found: dict[str, list[Path]] = {}
+    where: dict[str, Path] = {}
+    level = [root]
+    for _ in range(depth + 1):
+        nxt = []
+        for folder in level:
+            images = list_images(folder)
+            if images and folder != root:
+                if folder.name in found:
+                    raise FedkitError(
+                        f"two class folders are both named {folder.name!r}: {where[folder.name]} "
+                        f"and {folder}; rename one"
+                    )
+                found[folder.name], where[folder.name] = images, folder
+            nxt.extend(subdirs(folder))
+        level = nxt
+    return dict(sorted(found.items()))
+
+
+def decode_pairs(
+    pairs: Sequence[tuple[Path, Path]], channels: int, size: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Images (N, C, H, W) and masks (N, H, W), both uint8, of image/mask file pairs."""
+    if not pairs:
+        side = size or 1
+        return np.zeros((0, channels, side, side), np.uint8), np.zeros((0, side, side), np.uint8)
+
+    def one(pair: tuple[Path, Path]) -> tuple[np.ndarray, np.ndarray]:
+        image, mask = read_image(pair[0], channels, size), read_mask(pair[1], size)
+        if image.shape[1:] != mask.shape:
+            raise FedkitError(
+                f"{pair[0]} is {image.shape[2]}x{image.shape[1]} but its mask {pair[1]} is "
+                f"{mask.shape[1]}x{mask.shape[0]}; set task.image_size to resize both"
+            )
+        return image, mask
+
+    decoded = parallel_map(one, pairs)
+    shapes = {image.shape for image, _ in decoded}
+    if len(shapes) > 1:
+        raise FedkitError(
+            f"images of different sizes {sorted(shapes)} (e.g. {pairs[0][0]}); "
+            "set task.image_size to resize them to one size"
+        )
+    return np.stack([d[0] for d in decoded]), np.stack([d[1] for d in decoded])
+
+
+def read_images(
+    paths: Sequence[Path], channels: int, size: int, fit: str = "stretch"
+) -> np.ndarray:
+    """Many images as one (N, C, size, size) uint8 array, decoded in parallel into place."""
+    out = np.empty((len(paths), channels, size, size), np.uint8)
+
+    def fill(i: int) -> None:
+        out[i] = read_image(paths[i], channels, size, fit)
+
+    parallel_map(fill, range(len(paths)))
+    return out

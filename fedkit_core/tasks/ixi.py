@@ -1,0 +1,128 @@
+"""``ixi``: Fed-IXI-Tiny (FLamby): 3D brain masks from T1 MRI of three London centres = clients.
+
+Layout (FLamby's ``fed_ixi`` download, unpacked): ``IXI_sample/IXI<ID>-<centre>-<n>/T1/
+*.nii.gz`` with ``IXI_sample/IXI<ID>-<centre>-<n>/label/*.nii.gz`` for the centres Guys, HH
+and IOP, and FLamby's ``metadata_tiny.csv`` (``Patient ID``, ``Split``) giving the official
+train/test split (train/test 249/62, 145/36, 59/15), found anywhere up to three levels
+under ``task.path`` or given as ``task.metadata``. As in FLamby, each volume is resized to
+``task.shape`` (default 48 x 60 x 48, MONAI ``Resize``) and z-scored over the volume
+(MONAI ``NormalizeIntensity``); masks are resized by nearest neighbour (FLamby's area
+resize followed by truncation erodes the mask edge slightly). Images are (N, 1, D, H, W)
+float, masks (N, D, H, W); the model is a 3D U-Net.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedkit_core.config import Config
+from fedkit_core.tasks import files
+from fedkit_core.tasks.augment import attach
+from fedkit_core.tasks.base import SEGMENTATION, Normalizer, Split, TaskData
+from fedkit_core.tasks.cache import cached
+
+NAME = "ixi"
+VERSION = 1
+METADATA = "metadata_tiny.csv"
+SUBJECT = re.compile(r"^IXI(\d{3})-([A-Za-z]+)-\d+")
+
+
+def load(config: Config) -> TaskData:
+    opts = config.section("task")
+    root = Path(config["task.path"])
+    base = files.find_dir(root, lambda d: bool(_subjects(d)))
+    if base is None:
+        raise files.layout_error(NAME, root, "found no IXI<ID>-<centre>-<n>/T1 subject folders")
+    split_of = _read_metadata(_metadata_path(root, base, opts["metadata"]))
+    shape = tuple(opts["shape"])
+    cases, lone = [], []
+    for subject in _subjects(base):
+        match = SUBJECT.match(subject.name)
+        image = sorted((subject / "T1").glob("*.nii*"))
+        label = sorted((subject / "label").glob("*.nii*"))
+        patient = int(match.group(1))
+        if not image or not label or patient not in split_of:
+            lone.append(subject.name)
+            continue
+        cases.append((match.group(2), split_of[patient], image[0], label[0]))
+    if lone:
+        files.warn(f"ixi: skipped subjects without a T1 image, a label or a metadata row: {lone}")
+    if not cases:
+        raise files.layout_error(NAME, root, "no subject has a T1 image, a label and a split")
+    inputs = [p for case in cases for p in case[2:]]
+
+    def build() -> TaskData:
+        volumes = files.parallel_map(lambda case: _volume(case[2], case[3], shape), cases)
+        sites: dict[str, dict[str, list]] = {}
+        for (centre, split, _, _), volume in zip(cases, volumes):
+            sites.setdefault(centre, {}).setdefault(split, []).append(volume)
+        return TaskData(
+            kind=SEGMENTATION,
+            class_names=["background", "brain"],
+            sites={
+                centre: {
+                    split: Split(
+                        torch.from_numpy(np.stack([v[0] for v in vols])),
+                        torch.from_numpy(np.stack([v[1] for v in vols])),
+                    )
+                    for split, vols in sorted(splits.items())
+                }
+                for centre, splits in sorted(sites.items())
+            },
+        )
+
+    data = cached(NAME, VERSION, base, inputs, {"shape": shape}, build, opts["cache"])
+    data.normalizer = Normalizer(mean=(0.0,), std=(1.0,))  # already z-scored per volume
+    return attach(data, opts["augment"])
+
+
+def _subjects(folder: Path) -> list[Path]:
+    return [d for d in files.subdirs(folder) if SUBJECT.match(d.name) and (d / "T1").is_dir()]
+
+
+def _metadata_path(root: Path, base: Path, given: str | None) -> Path:
+    if given:
+        path = Path(given).expanduser()
+        if not path.is_file():
+            raise files.layout_error(NAME, root, f"task.metadata={given} is not a file")
+        return path
+    for folder in dict.fromkeys([base, base.parent, root]):
+        for pattern in (METADATA, f"*/{METADATA}", f"*/*/{METADATA}"):
+            found = sorted(folder.glob(pattern))
+            if found:
+                return found[0]
+    raise files.layout_error(
+        NAME,
+        root,
+        f"found no {METADATA} (FLamby's official split; it ships in FLamby as "
+        f"flamby/datasets/fed_ixi/metadata/{METADATA}): copy it into task.path or set "
+        "task.metadata=PATH",
+    )
+
+
+def _read_metadata(path: Path) -> dict[int, str]:
+    with path.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows or not {"Patient ID", "Split"} <= set(rows[0]):
+        raise files.layout_error(NAME, path, f"{path.name} needs the columns 'Patient ID', 'Split'")
+    return {int(r["Patient ID"]): r["Split"].strip() for r in rows}
+
+
+def _volume(image: Path, label: Path, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(1, D, H, W) z-scored float32 image and (D, H, W) int64 mask at ``shape``."""
+    import nibabel as nib
+    from monai.transforms import NormalizeIntensity, Resize
+
+    volume = np.asarray(nib.load(image).dataobj, dtype=np.float32)[None]
+    mask = np.asarray(nib.load(label).dataobj, dtype=np.float32)[None]
+    volume = NormalizeIntensity()(Resize(shape)(volume))
+    mask = Resize(shape, mode="nearest")(mask)
+    return (
+        np.asarray(volume, dtype=np.float32),
+        (np.asarray(mask)[0] > 0.5).astype(np.int64),
+    )

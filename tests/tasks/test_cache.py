@@ -1,0 +1,109 @@
+"""The task cache: reuse, invalidation, read-only data folders, damaged entries."""
+
+import os
+import stat
+
+import pytest
+import torch
+
+from fedkit_core.tasks import cache
+from fedkit_core.tasks.base import CLASSIFICATION, Split, TaskData
+from fedkit_core.tasks.files import DataWarning
+
+
+def make_data() -> TaskData:
+    split = Split(
+        torch.arange(2 * 3 * 4 * 4, dtype=torch.uint8).view(2, 3, 4, 4), torch.tensor([0, 1])
+    )
+    return TaskData(
+        kind=CLASSIFICATION,
+        class_names=["a", "b"],
+        sites={"s1": {"train": split}},
+        has_sites=False,
+        shot_groups={"head": [0], "medium": [], "tail": [1]},
+    )
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "x.png").write_bytes(b"12345")
+    return folder
+
+
+def counting_build():
+    calls = []
+
+    def build():
+        calls.append(1)
+        return make_data()
+
+    return build, calls
+
+
+def test_second_load_reads_the_cache(data_dir):
+    build, calls = counting_build()
+    first = cache.cached("t", 1, data_dir, [data_dir / "x.png"], {"size": 4}, build)
+    second = cache.cached("t", 1, data_dir, [data_dir / "x.png"], {"size": 4}, build)
+    assert len(calls) == 1
+    assert list((data_dir / cache.DATA_CACHE_DIR).glob("t-*.pt"))
+    assert torch.equal(first.sites["s1"]["train"].images, second.sites["s1"]["train"].images)
+    assert torch.equal(second.sites["s1"]["train"].targets, torch.tensor([0, 1]))
+    assert second.sites["s1"]["train"].targets.dtype == torch.int64  # stored as uint8
+    assert (second.class_names, second.has_sites) == (["a", "b"], False)
+    assert second.shot_groups == {"head": [0], "medium": [], "tail": [1]}
+    assert second.normalizer == first.normalizer and first.normalizer is not None
+
+
+def test_changed_files_options_or_version_rebuild(data_dir):
+    build, calls = counting_build()
+    files = [data_dir / "x.png"]
+    cache.cached("t", 1, data_dir, files, {"size": 4}, build)
+    cache.cached("t", 1, data_dir, files, {"size": 8}, build)
+    cache.cached("t", 2, data_dir, files, {"size": 4}, build)
+    (data_dir / "x.png").write_bytes(b"123456")  # size (and mtime) change
+    cache.cached("t", 1, data_dir, files, {"size": 4}, build)
+    assert len(calls) == 4
+    cache.cached("t", 1, data_dir, files, {"size": 4}, build)
+    assert len(calls) == 4
+
+
+def test_read_only_data_folder_uses_the_user_cache(data_dir, private_cache):
+    build, calls = counting_build()
+    data_dir.chmod(stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP)
+    try:
+        cache.cached("t", 1, data_dir, [data_dir / "x.png"], {}, build)
+        cache.cached("t", 1, data_dir, [data_dir / "x.png"], {}, build)
+        assert not (data_dir / cache.DATA_CACHE_DIR).exists()  # untouched, even for root
+    finally:
+        data_dir.chmod(0o755)
+    assert len(calls) == 1
+    assert list((private_cache / "tasks").glob("t-*.pt"))
+
+
+def test_damaged_entry_is_rebuilt_with_a_warning(data_dir):
+    build, calls = counting_build()
+    cache.cached("t", 1, data_dir, [data_dir / "x.png"], {}, build)
+    (entry,) = (data_dir / cache.DATA_CACHE_DIR).glob("t-*.pt")
+    entry.write_bytes(b"not a torch file")
+    with pytest.warns(DataWarning, match="unreadable cache entry"):
+        data = cache.cached("t", 1, data_dir, [data_dir / "x.png"], {}, build)
+    assert len(calls) == 2 and data.num_classes == 2
+
+
+def test_disabled_cache_always_builds(data_dir):
+    build, calls = counting_build()
+    for _ in range(2):
+        cache.cached("t", 1, data_dir, [data_dir / "x.png"], {}, build, enabled=False)
+    assert len(calls) == 2
+    assert not (data_dir / cache.DATA_CACHE_DIR).exists()
+
+
+def test_user_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("FEDKIT_CACHE", str(tmp_path / "c"))
+    assert cache.user_cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("FEDKIT_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.user_cache_dir() == tmp_path / "xdg" / "fedkit"
+    assert os.fspath(cache.cache_dirs(tmp_path)[-1]).endswith("fedkit/tasks")
