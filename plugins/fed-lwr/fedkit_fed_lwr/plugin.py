@@ -160,7 +160,7 @@ def _whole_model(
             f"fed-lwr.granularity=model needs one layer, but the clients measured {sorted(reported)[:4]}"
         )
     if any(not s for s in similarities):
-        _warn_once(server, ids, similarities, bool(reported))
+        _warn_once(server, ids, similarities)
         return anchor
     (layer,) = reported
     weights = client_weights([s[layer] for s in similarities], clip)
@@ -176,7 +176,7 @@ def _report(
 ) -> None:
     """Warn (once) about layers left at the uniform average; log the weights per round."""
     if set().union(*similarities) - set(weights) or not weights:
-        _warn_once(server, ids, similarities, bool(weights))
+        _warn_once(server, ids, similarities)
     if log.isEnabledFor(logging.DEBUG):
         for cid, sims in zip(ids, similarities):
             values = torch.tensor(list(sims.values()) or [float("nan")])
@@ -195,20 +195,23 @@ def _report(
         log.debug("round %d: layer weights mean [min, max]: %s", server.round, ", ".join(parts))
 
 
-def _warn_once(
-    server: ServerContext, ids: list[str], similarities: list[dict[str, float]], some: bool
-) -> None:
+def _warn_once(server: ServerContext, ids: list[str], similarities: list[dict[str, float]]) -> None:
     state = server.state.setdefault(NAME, {})
     if state.get("warned"):
         return
     state["warned"] = True
-    short = [cid for cid, s in zip(ids, similarities) if len(s) < max(map(len, similarities))]
+    most = max(map(len, similarities), default=0)
+    short = [cid for cid, s in zip(ids, similarities) if len(s) < most]
+    what = (
+        f"clients {', '.join(short)} measured no similarity for some layers"
+        if most
+        else "no client measured a similarity"
+    )
     log.warning(
-        "fed-lwr: in round %d, clients %s measured no similarity for %s layers (a validation "
-        "split with fewer than %d samples?); those layers use the uniform average",
+        "fed-lwr: in round %d, %s (validation splits with fewer than %d samples?); "
+        "those layers keep the uniform average",
         server.round,
-        ", ".join(short) or "all",
-        "some" if some else "all",
+        what,
         MIN_BLOCK,
     )
 
