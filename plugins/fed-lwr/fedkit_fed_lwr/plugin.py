@@ -10,15 +10,18 @@ the server turns them into per-layer client weights and re-aggregates layer by l
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from fedkit_core import FedkitError, Option, Reply, hookimpl
 from fedkit_core.aggregation import weighted_average
+from fedkit_core.config import Config
 from fedkit_core.engines.context import ClientContext, ServerContext
+from fedkit_core.hookspecs import Ask
 from fedkit_core.messages import Scalar, Update
+from fedkit_core.tasks.base import TaskInfo
 from fedkit_fed_lwr.cka import ESTIMATORS, MIN_BLOCK
 from fedkit_fed_lwr.layers import DEFAULT_TYPES, deepest_layer, find_layers
 from fedkit_fed_lwr.similarity import MEASURES, layer_similarity
@@ -98,7 +101,7 @@ def fedkit_options() -> list[Option]:
 
 
 @hookimpl
-def fedkit_check(task, config) -> list[str]:
+def fedkit_check(task: TaskInfo, config: Config) -> list[str]:
     opts = config.section(NAME)
     problems = []
     block = opts["batch_size"] or config["batch_size"]
@@ -121,7 +124,9 @@ def fedkit_check(task, config) -> list[str]:
 
 
 @hookimpl
-def fedkit_aggregate(server: ServerContext, updates: Sequence[Update], ask) -> dict:
+def fedkit_aggregate(
+    server: ServerContext, updates: Sequence[Update], ask: Ask
+) -> dict[str, torch.Tensor]:
     """Uniform anchor -> clients' per-layer similarities -> layer-wise re-aggregation."""
     opts = server.options(NAME)
     states = [u.arrays for u in updates]
@@ -261,7 +266,9 @@ def fedkit_answer_query(
     return Reply(scalars={SAMPLES: used, **{PREFIX + name: v for name, v in values.items()}})
 
 
-def _inputs(client: ClientContext, split: str, block: int, opts: dict[str, Any]):
+def _inputs(
+    client: ClientContext, split: str, block: int, opts: dict[str, Any]
+) -> Iterator[torch.Tensor]:
     """The split's images, in forward batches of whole blocks (larger for CKA: one forward
     pass of many blocks is faster than many small passes, and in eval mode a sample's
     features do not depend on its batch)."""
