@@ -183,3 +183,12 @@ def test_prostate_layout_runs_with_six_clients():
         }
     )
     assert len(results.final["clients"]) == 6
+
+
+def test_passes_repeat_the_split_in_whole_blocks(client):
+    val = len(client.ctx.data["val"])
+    one = list(plugin._inputs(client.ctx, "val", 4, {"similarity": "cka", "passes": 1}))
+    two = list(plugin._inputs(client.ctx, "val", 4, {"similarity": "cka", "passes": 2}))
+    assert sum(len(x) for x in one) == val and sum(len(x) for x in two) == 2 * val
+    cosine = list(plugin._inputs(client.ctx, "val", 4, {"similarity": "cosine", "passes": 1}))
+    assert all(len(x) <= 4 for x in cosine)  # cosine keeps features: forward one block at a time
