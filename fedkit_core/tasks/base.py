@@ -33,6 +33,10 @@ class Split:
     def __post_init__(self) -> None:
         if len(self.images) != len(self.targets):
             raise ValueError(f"{len(self.images)} images but {len(self.targets)} targets")
+        # plain tensors only: a subclass such as MONAI's MetaTensor (what MONAI transforms
+        # return) routes every later operation through Python and slows training severalfold
+        self.images = self.images.as_subclass(torch.Tensor)
+        self.targets = self.targets.as_subclass(torch.Tensor)
 
     def __len__(self) -> int:
         return len(self.images)

@@ -5,7 +5,8 @@
   optional ``classes`` (names in label order).
 * ``npz-seg`` (segmentation): ``images`` (N, H, W[, C]) uint8, ``masks`` (N, H, W) integer
   labels, optional ``site`` (N,) (then clients are sites), optional ``split`` (N,) with
-  values in {train, val, test}, optional ``classes``.
+  values in {train, val, test} (``all`` or empty: not split, so val and test are carved
+  from it), optional ``classes``.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ CLASSIFICATION_LAYOUT = (
     "an .npz file with train_images, train_labels, test_images, test_labels "
     "(and optionally val_images, val_labels, classes), as MedMNIST ships them"
 )
+#: ``split`` values that mean "no split given" (e.g. CHASE_DB1 in drive_chasedb1_512.npz)
+UNSPLIT = ("all", "")
 SEGMENTATION_LAYOUT = (
     "an .npz file with images (N,H,W[,C]) uint8, masks (N,H,W) integer labels, "
-    "and optionally site (N,), split (N,) in {train,val,test}, classes"
+    "and optionally site (N,), split (N,) in {train,val,test} (all = not split), classes"
 )
 
 
@@ -107,7 +110,8 @@ def load_segmentation(config: Config) -> TaskData:
     masks = torch.from_numpy(masks.astype(np.int64))
     n = len(images)
     site = arrays.get("site", np.full(n, "all"))
-    split = arrays.get("split", np.full(n, "train"))
+    split = arrays.get("split", np.full(n, "train")).astype(str)
+    split = np.where(np.isin(split, UNSPLIT), "train", split)  # val/test carved from it
     for key, values in (("site", site), ("split", split)):
         if len(values) != n:
             raise FedkitError(f"{path}: {key} has {len(values)} entries for {n} images")

@@ -1,0 +1,291 @@
+"""Fed-LWR's hooks: the anchor round trip on the server, the similarity query on clients.
+
+Round ``t`` (Yan et al., Alg. 1): clients train as usual; the server averages their models
+uniformly into an *anchor*, sends it back with the query ``fed-lwr.cka``; each client
+measures, per layer, the similarity between its local model and the anchor on its own
+validation split and replies with one scalar per layer (``fed-lwr.cka.<module name>``);
+the server turns them into per-layer client weights and re-aggregates layer by layer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from fedkit_core import FedkitError, Option, Reply, hookimpl
+from fedkit_core.aggregation import weighted_average
+from fedkit_core.config import Config
+from fedkit_core.engines.context import ClientContext, ServerContext
+from fedkit_core.hookspecs import Ask
+from fedkit_core.messages import Scalar, Update
+from fedkit_core.tasks.base import TaskInfo
+from fedkit_fed_lwr.cka import ESTIMATORS, MIN_BLOCK
+from fedkit_fed_lwr.layers import DEFAULT_TYPES, deepest_layer, find_layers
+from fedkit_fed_lwr.similarity import MEASURES, layer_similarity
+from fedkit_fed_lwr.weights import DEFAULT_CLIP, client_weights, layer_weights, reaggregate
+
+NAME = "fed-lwr"
+QUERY = "fed-lwr.cka"
+PREFIX = QUERY + "."
+SAMPLES = "fed-lwr.samples"
+log = logging.getLogger("fedkit.fed-lwr")
+
+
+@hookimpl
+def fedkit_options() -> list[Option]:
+    return [
+        Option(
+            "similarity",
+            str,
+            "cka",
+            "feature similarity: linear CKA (the method) or cosine (the paper's ablation v1)",
+            choices=MEASURES,
+        ),
+        Option(
+            "granularity",
+            str,
+            "layer",
+            "layer: one weight per client and layer (the method); model: one weight per client "
+            "from a single layer for the whole model (the paper's ablation v2)",
+            choices=("layer", "model"),
+        ),
+        Option(
+            "layer",
+            str,
+            None,
+            "granularity=model: the module whose similarity weighs the whole model "
+            "(default: the last layer at the lowest resolution, the end of a U-Net encoder)",
+        ),
+        Option(
+            "layer_types",
+            "list[str]",
+            list(DEFAULT_TYPES),
+            "module classes that count as layers (a class name, with or without 1d/2d/3d)",
+        ),
+        Option(
+            "split",
+            str,
+            "val",
+            "client split the similarity is measured on",
+            choices=("val", "train"),
+        ),
+        Option(
+            "batch_size",
+            int,
+            None,
+            f"samples per Gram block (at least {MIN_BLOCK}; default: the run's batch_size)",
+        ),
+        Option(
+            "passes",
+            int,
+            1,
+            "passes over the split, each shuffled when more than one (the authors' code makes 5)",
+        ),
+        Option(
+            "estimator",
+            str,
+            "unbiased",
+            "HSIC estimator: unbiased (the authors' code) or biased (the paper's Eq. 2)",
+            choices=ESTIMATORS,
+        ),
+        Option(
+            "clip",
+            "list[float]",
+            list(DEFAULT_CLIP),
+            "[low, high]: the similarity is clipped to this range before 1 - similarity",
+        ),
+    ]
+
+
+@hookimpl
+def fedkit_check(task: TaskInfo, config: Config) -> list[str]:
+    opts = config.section(NAME)
+    problems = []
+    block = opts["batch_size"] or config["batch_size"]
+    if opts["similarity"] == "cka" and block < MIN_BLOCK:
+        problems.append(
+            f"fed-lwr computes CKA on blocks of at least {MIN_BLOCK} samples; set "
+            f"fed-lwr.batch_size={MIN_BLOCK} or more (now {block})"
+        )
+    if opts["passes"] < 1:
+        problems.append(f"fed-lwr.passes must be at least 1, got {opts['passes']}")
+    clip = opts["clip"]
+    if len(clip) != 2 or not 0 <= clip[0] <= clip[1] < 1:
+        problems.append(f"fed-lwr.clip must be [low, high] with 0 <= low <= high < 1, got {clip}")
+    if opts["layer"] is not None and opts["granularity"] != "model":
+        problems.append("fed-lwr.layer is only used with fed-lwr.granularity=model")
+    return problems
+
+
+# ----------------------------------------------------------------------------- server
+
+
+@hookimpl
+def fedkit_aggregate(
+    server: ServerContext, updates: Sequence[Update], ask: Ask
+) -> dict[str, torch.Tensor]:
+    """Uniform anchor -> clients' per-layer similarities -> layer-wise re-aggregation."""
+    opts = server.options(NAME)
+    states = [u.arrays for u in updates]
+    anchor = weighted_average(states, [1.0] * len(states))
+    replies = ask(QUERY, arrays=anchor)
+    similarities = [
+        _similarities(replies[u.client_id]) if u.client_id in replies else {} for u in updates
+    ]
+    ids = [u.client_id for u in updates]
+    if opts["granularity"] == "model":
+        return _whole_model(server, ids, states, similarities, anchor, opts["clip"])
+    weights = layer_weights(similarities, opts["clip"])
+    _report(server, ids, similarities, weights)
+    return reaggregate(states, weights, anchor)
+
+
+def _similarities(reply: Reply) -> dict[str, float]:
+    return {
+        key[len(PREFIX) :]: float(value)
+        for key, value in reply.scalars.items()
+        if key.startswith(PREFIX)
+    }
+
+
+def _whole_model(
+    server: ServerContext,
+    ids: list[str],
+    states: list[dict[str, torch.Tensor]],
+    similarities: list[dict[str, float]],
+    anchor: dict[str, torch.Tensor],
+    clip: Sequence[float],
+) -> dict[str, torch.Tensor]:
+    reported = set().union(*similarities)
+    if len(reported) > 1:
+        raise FedkitError(
+            f"fed-lwr.granularity=model needs one layer, but the clients measured {sorted(reported)[:4]}"
+        )
+    if any(not s for s in similarities):
+        _warn_once(server, ids, similarities)
+        return anchor
+    (layer,) = reported
+    weights = client_weights([s[layer] for s in similarities], clip)
+    _report(server, ids, similarities, {layer: weights})
+    return weighted_average(states, weights.tolist())
+
+
+def _report(
+    server: ServerContext,
+    ids: list[str],
+    similarities: list[dict[str, float]],
+    weights: Mapping[str, torch.Tensor],
+) -> None:
+    """Warn (once) about layers left at the uniform average; log the weights per round."""
+    if set().union(*similarities) - set(weights) or not weights:
+        _warn_once(server, ids, similarities)
+    if log.isEnabledFor(logging.DEBUG):
+        for cid, sims in zip(ids, similarities):
+            values = torch.tensor(list(sims.values()) or [float("nan")])
+            log.debug(
+                "round %d: %s similarity mean %.4f min %.4f over %d layers",
+                server.round,
+                cid,
+                values.mean(),
+                values.min(),
+                len(sims),
+            )
+    if weights and log.isEnabledFor(logging.DEBUG):
+        table = torch.stack(list(weights.values()))  # (layers, clients)
+        mean, low, high = table.mean(0), table.min(0).values, table.max(0).values
+        parts = [f"{c}={m:.3f} [{lo:.3f}, {hi:.3f}]" for c, m, lo, hi in zip(ids, mean, low, high)]
+        log.debug("round %d: layer weights mean [min, max]: %s", server.round, ", ".join(parts))
+
+
+def _warn_once(server: ServerContext, ids: list[str], similarities: list[dict[str, float]]) -> None:
+    state = server.state.setdefault(NAME, {})
+    if state.get("warned"):
+        return
+    state["warned"] = True
+    most = max(map(len, similarities), default=0)
+    short = [cid for cid, s in zip(ids, similarities) if len(s) < most]
+    what = (
+        f"clients {', '.join(short)} measured no similarity for some layers"
+        if most
+        else "no client measured a similarity"
+    )
+    log.warning(
+        "fed-lwr: in round %d, %s (validation splits with fewer than %d samples?); "
+        "those layers keep the uniform average",
+        server.round,
+        what,
+        MIN_BLOCK,
+    )
+
+
+# ----------------------------------------------------------------------------- client
+
+
+@hookimpl
+def fedkit_answer_query(
+    client: ClientContext,
+    query: str,
+    arrays: Mapping[str, torch.Tensor],
+    scalars: Mapping[str, Scalar],
+) -> Reply | None:
+    """Per-layer similarity between this client's trained model and the anchor."""
+    if query != QUERY:
+        return None
+    opts = client.options(NAME)
+    model = client.model
+    split = opts["split"]
+    if len(client.data[split]) == 0:
+        return Reply(scalars={SAMPLES: 0})
+    shared = [key for key in model.state_dict() if not model.is_private(key)]
+    if set(arrays) != set(shared):
+        raise FedkitError(
+            "the fed-lwr anchor does not match this client's shared model entries "
+            "(do all parties run the same plugins and model?)"
+        )
+    layers = find_layers(model, opts["layer_types"], keep=shared)
+    if not layers:
+        raise FedkitError(
+            f"fed-lwr found no layers of types {opts['layer_types']} with shared weights in "
+            "this model; set fed-lwr.layer_types (e.g. Conv,BatchNorm,Linear)"
+        )
+    if opts["granularity"] == "model":
+        layers = [_single_layer(client, opts["layer"], layers, split)]
+    block = opts["batch_size"] or client.config["batch_size"]
+    values, used = layer_similarity(
+        model,
+        arrays,
+        _inputs(client, split, block, opts),
+        layers,
+        measure=opts["similarity"],
+        block=block,
+        estimator=opts["estimator"],
+    )
+    return Reply(scalars={SAMPLES: used, **{PREFIX + name: v for name, v in values.items()}})
+
+
+def _inputs(
+    client: ClientContext, split: str, block: int, opts: dict[str, Any]
+) -> Iterator[torch.Tensor]:
+    """The split's images, in forward batches of whole blocks (larger for CKA: one forward
+    pass of many blocks is faster than many small passes, and in eval mode a sample's
+    features do not depend on its batch)."""
+    forward = block
+    if opts["similarity"] == "cka":
+        forward *= max(1, client.config["eval_batch_size"] // block)
+    for _ in range(opts["passes"]):
+        for batch in client.batches(split, batch_size=forward, shuffle=opts["passes"] > 1):
+            yield batch.x
+
+
+def _single_layer(client: ClientContext, name: str | None, layers: list[str], split: str) -> str:
+    if name is None:
+        return deepest_layer(client.model, next(client.batches(split, batch_size=1)).x, layers)
+    if name not in layers:
+        raise FedkitError(
+            f"fed-lwr.layer={name!r} is not a layer with shared weights of this model; "
+            f"some that are: {', '.join(layers[:3])} ... {', '.join(layers[-3:])}"
+        )
+    return name
