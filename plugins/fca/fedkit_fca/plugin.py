@@ -1,0 +1,119 @@
+"""FCA's hooks: a private personalised head per client, its loss terms, G&S evaluation.
+
+Model: the feature extractor and the federated head (``logits``) are the shared, aggregated
+model; each client adds a personalised linear head ``fca_personal`` on the same features,
+created on the client, private (never uploaded, aggregated or globally checkpointed; kept
+and checkpointed with the client). Aggregation is the built-in FedAvg weighted by training
+size, which only ever sees the shared entries.
+
+Local loss per batch: ``l1 * BSM(federated) + l2 * BSM(personal) + consistency``.
+Evaluation: generalisation = the global model's federated head on the pooled test set
+(``final.global``); specialisation = each client's model with its personalised head on its
+own test set (``final.clients``, ``final.clients_mean``); their mean in ``final.summary``.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from fedkit_core import FedkitError, Option, hookimpl
+from fedkit_core.tasks.base import CLASSIFICATION
+from fedkit_fca import losses
+
+NAME = "fca"
+#: the model extra holding the personalised head; state entries ``extras.fca_personal.*``
+PERSONAL = "fca_personal"
+#: metrics whose generalisation/specialisation mean goes into the summary (the paper's)
+GS_METRICS = ("bacc", "bauc")
+
+
+@hookimpl
+def fedkit_options():
+    return [
+        Option("l1", float, 1.0, "weight of the federated head's calibrated loss (lambda_1)"),
+        Option("l2", float, 3.0, "weight of the personalised head's calibrated loss (lambda_2)"),
+        Option(
+            "calibration",
+            str,
+            "bsm",
+            "loss of both heads: bsm (balanced softmax on the client's priors, the paper) or "
+            "ce (no calibration; an ablation). The core `loss` key does not apply to FCA",
+            choices=("bsm", "ce"),
+        ),
+        Option("eps", float, 1e-9, "eps of the balanced-softmax prior log(n_c / n + eps)"),
+        Option(
+            "consistency",
+            str,
+            losses.PAPER,
+            "consistency term: paper (true KL, batchmean), authors_code (the authors' "
+            "probabilities-as-log-probabilities KLDivLoss) or off (Table 7 ablation)",
+            choices=losses.VARIANTS,
+        ),
+        Option(
+            "direction",
+            str,
+            losses.PERSONAL_TO_FED,
+            "who teaches whom (Table 8): personal_to_fed (the paper), fed_to_personal, both",
+            choices=losses.DIRECTIONS,
+        ),
+        Option("consistency_weight", float, 1.0, "weight of the consistency term"),
+    ]
+
+
+@hookimpl
+def fedkit_check(task, config):
+    if task.kind != CLASSIFICATION:
+        return f"fca needs a classification task; {task.name!r} is {task.kind}"
+    return None
+
+
+@hookimpl
+def fedkit_extend_model(model, ctx):
+    """Each client gets its own private personalised head; the server model has none."""
+    if ctx.client_id is None:
+        return
+    if model.feature_dim is None:
+        raise FedkitError(
+            "fca adds a linear head on the backbone's features, but this model exposes no "
+            "feature size (model.feature_dim is None); use a classification backbone"
+        )
+    model.add_extra(PERSONAL, nn.Linear(model.feature_dim, ctx.task.num_classes), private=True)
+
+
+def _log_prior(client):
+    opts = client.options(NAME)
+    return client.log_prior(opts["eps"]) if opts["calibration"] == "bsm" else None
+
+
+@hookimpl
+def fedkit_task_loss(client, batch, outputs):
+    """``l1 * BSM(federated head)`` with the client's priors (eps 1e-9 as in the paper)."""
+    return client.options(NAME)["l1"] * losses.head_loss(
+        outputs["logits"], batch.y, _log_prior(client)
+    )
+
+
+@hookimpl
+def fedkit_loss_terms(client, batch, outputs):
+    """``l2 * BSM(personalised head)`` and the weighted consistency term."""
+    opts = client.options(NAME)
+    personal = outputs[PERSONAL]
+    terms = {"fca.personal": opts["l2"] * losses.head_loss(personal, batch.y, _log_prior(client))}
+    if opts["consistency"] != losses.OFF:
+        terms["fca.consistency"] = opts["consistency_weight"] * losses.consistency(
+            outputs["logits"], personal, opts["consistency"], opts["direction"]
+        )
+    return terms
+
+
+@hookimpl
+def fedkit_personal_output(client):
+    """Specialisation is evaluated with the client's personalised head."""
+    return PERSONAL
+
+
+@hookimpl
+def fedkit_summary(task, scopes):
+    """The paper's headline: the mean of generalisation and specialisation, per metric."""
+    glob, spec = scopes.get("global", {}), scopes.get("clients_mean", {})
+    return {f"fca.gs_{m}": (glob[m] + spec[m]) / 2 for m in GS_METRICS if m in glob and m in spec}
