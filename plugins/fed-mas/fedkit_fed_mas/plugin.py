@@ -11,6 +11,8 @@ shared entry with weights ``RF_c / sum RF`` in :func:`fedkit_aggregate`. With
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -25,6 +27,7 @@ fedkit_api = 1
 
 NAME = "fed-mas"
 ENCODER = "fed-mas.encoder"  # client prior
+CACHE = "fed-mas.prior-cache"  # client prior: the encoder's features of the training samples
 PROJECTOR = "fed-mas-projector"  # model extra, fed with the backbone's features
 AUX = "fed-mas-aux"  # model extra, fed with the projection by this plugin
 RF = "fed-mas.rf"
@@ -65,6 +68,13 @@ def fedkit_options():
             choices=("mas", "fedavg"),
         ),
         Option("projector_hidden", int, None, "projector hidden width (default: feature size)"),
+        Option(
+            "cache_prior",
+            bool,
+            True,
+            "compute the prior's feature of each training sample once (only when the task "
+            "does not augment, so the same image always gives the same feature)",
+        ),
     ]
 
 
@@ -95,7 +105,10 @@ def fedkit_client_priors(client):
     encoder = frozen_encoder(
         opts["prior"], weights, image_size=opts["prior_image_size"], prefix=opts["prior_prefix"]
     )
-    return {ENCODER: encoder.to(client.device)}
+    priors = {ENCODER: encoder.to(client.device)}
+    if opts["cache_prior"] and client.data.augment is None:
+        priors[CACHE] = FeatureCache(len(client.data["train"]), encoder.feature_dim, client.device)
+    return priors
 
 
 @hookimpl
@@ -122,14 +135,13 @@ def fedkit_round_start(client):
     state["w_hat_sum"], state["w_hat_count"] = _zeros(client)
     if client.options(NAME)["aggregation"] != "mas":
         return
-    encoder, model = client.priors[ENCODER], client.model
+    model = client.model
     sums, counts = _zeros(client)
     was_training = model.training
     model.eval()
     with torch.no_grad():
         for batch in client.batches("train", batch_size=client.config["eval_batch_size"]):
-            target = encoder.encode(batch.x, client.data.normalizer)
-            distance = prior_distance(model(batch.x)[PROJECTOR], target)
+            distance = prior_distance(model(batch.x)[PROJECTOR], _prior_features(client, batch))
             add_per_class(sums, counts, distance, batch.y)
     model.train(was_training)
     state["w_sum"], state["w_count"] = sums, counts
@@ -138,9 +150,8 @@ def fedkit_round_start(client):
 @hookimpl
 def fedkit_loss_terms(client, batch, outputs):
     opts, state = client.options(NAME), client.plugin_state(NAME)
-    target = client.priors[ENCODER].encode(batch.x, client.data.normalizer)
     projection = outputs[PROJECTOR]
-    distance = prior_distance(projection, target)
+    distance = prior_distance(projection, _prior_features(client, batch))
     add_per_class(state["w_hat_sum"], state["w_hat_count"], distance, batch.y)
     terms = {"fed-mas.kd": opts["lambda_f"] * distance.mean()}
     if opts["aux_head"]:
@@ -175,6 +186,34 @@ def fedkit_aggregate(server, updates, ask):
             )
         factors.append(float(update.scalars[RF]))
     return weighted_average([u.arrays for u in updates], factors)
+
+
+def _prior_features(client, batch) -> torch.Tensor:
+    """The prior's features of a training batch (cached when the task does not augment)."""
+    encoder = client.priors[ENCODER]
+    cache = client.priors.get(CACHE)
+
+    def compute() -> torch.Tensor:
+        return encoder.encode(batch.x, client.data.normalizer)
+
+    return compute() if cache is None else cache.get(batch.index, compute)
+
+
+class FeatureCache:
+    """Features of the samples of one split, filled on first use (by sample position)."""
+
+    def __init__(self, size: int, dim: int, device: torch.device):
+        self.values = torch.zeros(size, dim, device=device)
+        self.filled = torch.zeros(size, dtype=torch.bool, device=device)
+
+    def get(self, index: torch.Tensor, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
+        index = index.to(self.values.device)
+        if bool(self.filled[index].all()):
+            return self.values[index]
+        features = compute()
+        self.values[index] = features
+        self.filled[index] = True
+        return features
 
 
 def _zeros(client) -> tuple[torch.Tensor, torch.Tensor]:

@@ -113,6 +113,37 @@ def test_w_k_w_hat_and_rf_match_a_hand_computation():
     assert set(reply.arrays) == set(arrays)
 
 
+def test_prior_features_are_cached_by_sample_only_without_augmentation():
+    cache = plugin.FeatureCache(4, 2, torch.device("cpu"))
+    calls = []
+
+    def compute(rows):
+        calls.append(rows)
+        return torch.tensor([[float(r), -float(r)] for r in rows])
+
+    first = cache.get(torch.tensor([2, 0]), lambda: compute([2, 0]))
+    again = cache.get(torch.tensor([0, 2]), lambda: compute([0, 2]))
+    torch.testing.assert_close(again, first.flip(0))
+    assert calls == [[2, 0]]  # the second batch came from the cache
+
+    client, _ = hand_client()
+    assert plugin.CACHE in client.ctx.priors
+    client.fit(Message("fit", received_global(client), {"round": 1, "lr": 1e-3}))
+    cache, encoder = client.ctx.priors[plugin.CACHE], client.ctx.priors[ENCODER]
+    assert bool(cache.filled.all())
+    x = NORMALIZER(client.ctx.data["train"].images)
+    torch.testing.assert_close(cache.values, encoder.encode(x, NORMALIZER))
+
+    def augment(x, y, rng):
+        return x.flip(-1), y
+
+    client.ctx.data.augment = augment
+    assert plugin.CACHE not in plugin.fedkit_client_priors(client=client.ctx)
+    config, _ = resolve_config(fed_mas_config(cache_prior=False), plugins={"fed-mas": plugin})
+    client.ctx.data.augment, client.ctx.config = None, config
+    assert plugin.CACHE not in plugin.fedkit_client_priors(client=client.ctx)
+
+
 def test_options_drop_the_aux_head_and_the_mas_statistics():
     client, _ = hand_client(aux_head=False, aggregation="fedavg", lambda_f=1.0)
     assert AUX not in client.ctx.model.extras
