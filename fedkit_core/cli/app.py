@@ -168,8 +168,7 @@ def compare(
     )
     sets = parse_sets(set_)
     for spec in runspecs:  # fail fast on a bad runspec or key, before hours of training
-        layer = cmp.runspec_layer(spec)
-        api.resolve_config([*base, layer, cmp.drop_foreign_sets(sets, layer.get("plugins") or [])])
+        api.resolve_config(cmp.runspec_layers(spec, base, sets))
     total = len(runspecs) * len(seed_list)
     counter = iter(range(1, total + 1))
 

@@ -4,7 +4,8 @@ Each RUNSPEC (a plugin name, a combination ``a+b``, or a YAML config path) runs 
 seed into ``OUT/<label>/seed<k>/`` (an ordinary run directory, so an interrupted comparison
 continues where it stopped). The summary is ``compare.json``
 (``{runspec: {metric: {mean, std, per_seed}}}``, std over seeds with ddof 0),
-``compare.md`` (a table to paste) and ``compare.png``.
+``compare.md`` (a table to paste) and ``compare.png``. Keys of a plugin that a runspec does
+not use are ignored for that runspec, in ``--set`` pairs and in the shared ``--config`` file.
 """
 
 from __future__ import annotations
@@ -38,11 +39,24 @@ def runspec_label(spec: str) -> str:
 
 
 def drop_foreign_sets(sets: Mapping[str, Any], active: Sequence[str]) -> dict[str, Any]:
-    """``--set`` keys of a plugin the runspec does not use are ignored for that runspec."""
+    """Keys (dotted or nested) of a plugin the runspec does not use are ignored for it."""
     plugins = set(installed()) | set(BUILTINS)
     return {
         k: v for k, v in sets.items() if k.split(".")[0] not in plugins or k.split(".")[0] in active
     }
+
+
+def runspec_layers(
+    spec: str, base: Sequence[Mapping[str, Any]], sets: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """The config layers of one runspec: the shared layers (``--config``, task flags), its
+    own layer, then the ``--set`` pairs. Plugin keys of the shared layers and of ``--set``
+    are dropped when the runspec does not use that plugin, so one config file can hold the
+    common setting and every method's options (``fedkit compare fedavg fed-mas --config``)."""
+    layer = runspec_layer(spec)
+    active = layer.get("plugins") or []
+    shared = [drop_foreign_sets(b, active) for b in base]
+    return [*shared, layer, drop_foreign_sets(sets, active)]
 
 
 def metric_paths(results: Mapping[str, Any]) -> dict[str, float]:
@@ -168,11 +182,9 @@ def compare(
     runs: dict[str, list[Results]] = {}
     main = None
     for spec in runspecs:
-        layer = runspec_layer(spec)
         for seed in seeds:
             path = out / runspec_label(spec) / f"seed{seed}"
-            active = [*(layer.get("plugins") or [])]
-            layers = [*base, layer, drop_foreign_sets(sets or {}, active), {"seed": seed}]
+            layers = [*runspec_layers(spec, base, sets or {}), {"seed": seed}]
             results = run_one(layers, path, spec, seed)
             runs.setdefault(spec, []).append(results)
             main = results["task"]["main_metric"]

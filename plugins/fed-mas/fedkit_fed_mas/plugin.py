@@ -1,0 +1,224 @@
+"""Fed-MAS hooks: a frozen prior on every client, a projector distilled towards it, and
+aggregation weighted by each client's rescue factor.
+
+Per round on a client: ``w_k`` (mean prior distance per class of the received global model,
+eval mode) in :func:`fedkit_round_start`; the loss terms ``lambda_f * mean(L_f)`` and the
+auxiliary head's supervised loss, while ``w_hat_k`` accumulates, in :func:`fedkit_loss_terms`;
+the rescue factor ``RF`` sent up in :func:`fedkit_client_report`. The server averages every
+shared entry with weights ``RF_c / sum RF`` in :func:`fedkit_aggregate`. With
+``aggregation=fedavg`` only the distillation term remains (the paper's "w/ KD" ablation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+import fedkit_core.builtins.losses as builtin_losses
+from fedkit_core import FedkitError, Option, hookimpl
+from fedkit_core.aggregation import weighted_average
+from fedkit_core.priors import check_source, encoder_feature_dim, frozen_encoder
+from fedkit_core.tasks.base import CLASSIFICATION
+from fedkit_fed_mas.mas import add_per_class, prior_distance, projector, rescue_factor
+
+fedkit_api = 1
+
+NAME = "fed-mas"
+ENCODER = "fed-mas.encoder"  # client prior
+CACHE = "fed-mas.prior-cache"  # client prior: the encoder's features of the training samples
+PROJECTOR = "fed-mas-projector"  # model extra, fed with the backbone's features
+AUX = "fed-mas-aux"  # model extra, fed with the projection by this plugin
+RF = "fed-mas.rf"
+RANDOM = "random"
+
+
+@hookimpl
+def fedkit_options():
+    return [
+        Option(
+            "prior",
+            str,
+            "torchvision:resnet50",
+            "frozen prior encoder: cifar-resnet20..110, timm:<name>, torchvision:<name>, "
+            "open_clip:<name> (the paper: MoCo-v2 ResNet-50, torchvision:resnet50)",
+        ),
+        Option(
+            "prior_weights",
+            str,
+            None,
+            "checkpoint path or URL of the prior (open_clip: also a pretrained tag); "
+            "'random' for smoke tests only",
+        ),
+        Option("prior_image_size", int, None, "input side of the prior (default: its own)"),
+        Option("prior_prefix", str, None, "key prefix of the prior in its checkpoint (auto)"),
+        Option("lambda_f", float, 3.0, "weight of the prior-distance (KD) loss"),
+        Option(
+            "aux_head",
+            bool,
+            True,
+            "train an auxiliary classifier on the projection (authors' code)",
+        ),
+        Option(
+            "aggregation",
+            str,
+            "mas",
+            "mas: weights RF_c / sum RF; fedavg: KD term only, FedAvg aggregation (ablation)",
+            choices=("mas", "fedavg"),
+        ),
+        Option("projector_hidden", int, None, "projector hidden width (default: feature size)"),
+        Option(
+            "cache_prior",
+            bool,
+            True,
+            "compute the prior's feature of each training sample once (only when the task "
+            "does not augment, so the same image always gives the same feature)",
+        ),
+    ]
+
+
+@hookimpl
+def fedkit_check(task, config):
+    opts = config.section(NAME)
+    problems = []
+    if task.kind != CLASSIFICATION:
+        problems.append(f"fed-mas needs a classification task; {task.name!r} is {task.kind}")
+    if not opts["prior_weights"]:
+        problems.append(
+            "fed-mas needs a pretrained prior: set fed-mas.prior_weights to its checkpoint "
+            "(path or URL). The paper uses MoCo-v2 ResNet-50 (fed-mas.prior=torchvision:resnet50, "
+            "moco_v2_800ep_pretrain.pth.tar); offline, fed-mas.prior=cifar-resnet20 with "
+            "../shared/data/weights/cifar10_resnet/resnet20-12fca82f.th"
+        )
+    try:
+        check_source(opts["prior"])
+    except FedkitError as err:
+        problems.append(f"fed-mas.prior: {err}")
+    return problems or None
+
+
+@hookimpl
+def fedkit_client_priors(client):
+    opts = client.options(NAME)
+    weights = None if opts["prior_weights"] == RANDOM else opts["prior_weights"]
+    encoder = frozen_encoder(
+        opts["prior"], weights, image_size=opts["prior_image_size"], prefix=opts["prior_prefix"]
+    )
+    priors = {ENCODER: encoder.to(client.device)}
+    if opts["cache_prior"] and client.data.augment is None:
+        priors[CACHE] = FeatureCache(len(client.data["train"]), encoder.feature_dim, client.device)
+    return priors
+
+
+@hookimpl
+def fedkit_extend_model(model, ctx):
+    opts = ctx.config.section(NAME)
+    if model.feature_dim is None:
+        raise FedkitError("fed-mas needs a model with a pooled feature (backbone -> head)")
+    encoder = ctx.priors.get(ENCODER)
+    dim = (
+        encoder.feature_dim
+        if encoder is not None
+        else encoder_feature_dim(opts["prior"], opts["prior_image_size"])
+    )
+    hidden = opts["projector_hidden"] or model.feature_dim
+    model.add_extra(PROJECTOR, projector(model.feature_dim, hidden, dim))
+    if opts["aux_head"]:
+        model.add_extra(AUX, nn.Linear(dim, ctx.task.num_classes), input="none")
+
+
+@hookimpl
+def fedkit_round_start(client):
+    """Reset ``w_hat``; measure ``w_k`` with the received global model (MAS only)."""
+    state = client.plugin_state(NAME)
+    state["w_hat_sum"], state["w_hat_count"] = _zeros(client)
+    if client.options(NAME)["aggregation"] != "mas":
+        return
+    model = client.model
+    sums, counts = _zeros(client)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for batch in client.batches("train", batch_size=client.config["eval_batch_size"]):
+            distance = prior_distance(model(batch.x)[PROJECTOR], _prior_features(client, batch))
+            add_per_class(sums, counts, distance, batch.y)
+    model.train(was_training)
+    state["w_sum"], state["w_count"] = sums, counts
+
+
+@hookimpl
+def fedkit_loss_terms(client, batch, outputs):
+    opts, state = client.options(NAME), client.plugin_state(NAME)
+    projection = outputs[PROJECTOR]
+    distance = prior_distance(projection, _prior_features(client, batch))
+    add_per_class(state["w_hat_sum"], state["w_hat_count"], distance, batch.y)
+    terms = {"fed-mas.kd": opts["lambda_f"] * distance.mean()}
+    if opts["aux_head"]:
+        aux_logits = client.model.extras[AUX](projection)
+        # the same supervised loss as the main head (the `loss` key: BSM in the paper)
+        terms["fed-mas.aux"] = builtin_losses.fedkit_task_loss(
+            client=client, batch=batch, outputs={"logits": aux_logits}
+        )
+    return terms
+
+
+@hookimpl
+def fedkit_client_report(client):
+    if client.options(NAME)["aggregation"] != "mas":
+        return None
+    state = client.plugin_state(NAME)
+    present = (state["w_count"] > 0) & (state["w_hat_count"] > 0)
+    w = state["w_sum"] / state["w_count"].clamp_min(1)
+    w_hat = state["w_hat_sum"] / state["w_hat_count"].clamp_min(1)
+    return {RF: rescue_factor(w.cpu(), w_hat.cpu(), present.cpu())}
+
+
+@hookimpl
+def fedkit_aggregate(server, updates, ask):
+    if server.options(NAME)["aggregation"] != "mas":
+        return None
+    factors = []
+    for update in updates:
+        if RF not in update.scalars:
+            raise FedkitError(
+                f"client {update.client_id!r} sent no {RF}: every client must run fed-mas"
+            )
+        factors.append(float(update.scalars[RF]))
+    return weighted_average([u.arrays for u in updates], factors)
+
+
+def _prior_features(client, batch) -> torch.Tensor:
+    """The prior's features of a training batch (cached when the task does not augment)."""
+    encoder = client.priors[ENCODER]
+    cache = client.priors.get(CACHE)
+
+    def compute() -> torch.Tensor:
+        return encoder.encode(batch.x, client.data.normalizer)
+
+    return compute() if cache is None else cache.get(batch.index, compute)
+
+
+class FeatureCache:
+    """Features of the samples of one split, filled on first use (by sample position)."""
+
+    def __init__(self, size: int, dim: int, device: torch.device):
+        self.values = torch.zeros(size, dim, device=device)
+        self.filled = torch.zeros(size, dtype=torch.bool, device=device)
+
+    def get(self, index: torch.Tensor, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
+        index = index.to(self.values.device)
+        if bool(self.filled[index].all()):
+            return self.values[index]
+        features = compute()
+        self.values[index] = features
+        self.filled[index] = True
+        return features
+
+
+def _zeros(client) -> tuple[torch.Tensor, torch.Tensor]:
+    k = client.task.num_classes
+    return (
+        torch.zeros(k, dtype=torch.float64, device=client.device),
+        torch.zeros(k, dtype=torch.long, device=client.device),
+    )

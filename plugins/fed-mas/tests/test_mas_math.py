@@ -1,0 +1,47 @@
+"""Fed-MAS arithmetic against values worked out by hand."""
+
+import math
+
+import pytest
+import torch
+from fedkit_fed_mas.mas import add_per_class, prior_distance, projector, rescue_factor
+
+
+def test_prior_distance_is_two_minus_twice_the_cosine():
+    projection = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 4.0], [-1.0, 0.0]])
+    target = torch.tensor([[5.0, 0.0], [1.0, 0.0], [0.0, 1.0], [2.0, 0.0]])
+    # cosines 1, 0, 4/5, -1
+    expected = torch.tensor([0.0, 2.0, 2 - 2 * 0.8, 4.0])
+    torch.testing.assert_close(prior_distance(projection, target), expected)
+
+
+def test_per_class_sums_and_counts():
+    sums, counts = torch.zeros(4, dtype=torch.float64), torch.zeros(4, dtype=torch.long)
+    add_per_class(sums, counts, torch.tensor([0.0, 2.0, 0.4]), torch.tensor([0, 2, 2]))
+    add_per_class(sums, counts, torch.tensor([1.0]), torch.tensor([0]))
+    torch.testing.assert_close(sums, torch.tensor([1.0, 0.0, 2.4, 0.0], dtype=torch.float64))
+    assert counts.tolist() == [2, 0, 2, 0]
+
+
+def test_rescue_factor_normalises_over_present_classes_only():
+    present = torch.tensor([True, False, True])
+    w = torch.tensor([1.0, math.nan, 3.0])  # class 1 absent: its value must not matter
+    w_hat = torch.tensor([2.0, 100.0, 2.0])
+    # p = (1/4, 3/4), q = (1/2, 1/2): RF = 1/8 + 3/8
+    assert rescue_factor(w, w_hat, present) == pytest.approx(0.5)
+    # a client with one class always has RF = 1; K uniform classes give 1/K
+    assert rescue_factor(torch.tensor([0.3]), torch.tensor([7.0]), torch.tensor([True])) == 1.0
+    uniform = torch.ones(5)
+    assert rescue_factor(uniform, 2 * uniform, torch.ones(5, dtype=bool)) == pytest.approx(0.2)
+    # a zero vector counts as uniform instead of dividing by zero
+    zeros = torch.zeros(2)
+    assert rescue_factor(zeros, torch.tensor([1.0, 3.0]), torch.ones(2, dtype=bool)) == 0.5
+    with pytest.raises(ValueError):
+        rescue_factor(w, w_hat, torch.zeros(3, dtype=bool))
+
+
+def test_projector_shape_matches_the_paper():
+    mlp = projector(512, 512, 2048)
+    kinds = [type(m).__name__ for m in mlp]
+    assert kinds == ["Linear", "BatchNorm1d", "ReLU", "Linear"]
+    assert mlp(torch.randn(4, 512)).shape == (4, 2048)
