@@ -260,20 +260,20 @@ def test_records_keep_names_dtypes_and_scalar_types():
     assert failed.error == "bad" and isinstance(failed.exception, FedkitError)
 
 
-def test_cli_runs_on_flower_and_resume_is_refused(tmp_path):
+def test_cli_runs_on_flower_and_resume_is_refused(tmp_path, capsys):
     import yaml
 
     path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(tiny(rounds=1)))
+    path.write_text(yaml.safe_dump(tiny(rounds=1, checkpoint=True)))
     out = tmp_path / "run"
     argv = ["run", "--config", str(path), "--engine", "flower", "--set", "flower.backend=thread"]
     assert main([*argv, "--out", str(out), "-q"]) == 0
-    assert json.loads((out / "results.json").read_text())["status"] == "complete"
-    assert (out / "metrics.csv").is_file()
     results = json.loads((out / "results.json").read_text())
-    results["status"] = "running"
+    assert results["status"] == "complete" and (out / "metrics.csv").is_file()
+    results["status"] = "running"  # as if interrupted
     (out / "results.json").write_text(json.dumps(results))
-    assert main(["resume", str(out), "-q"]) == 2  # a FedkitError: cannot be resumed
+    assert main(["resume", str(out), "-q"]) == 2
+    assert "engine=flower cannot be resumed" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------- installed methods
