@@ -20,6 +20,7 @@ import torch
 from fedkit_core.config import CORE_OPTIONS, Config, load_yaml, peek, resolve
 from fedkit_core.engines.client import ClientRuntime
 from fedkit_core.engines.local import Checkpointer, LocalTransport
+from fedkit_core.engines.registry import engine_options, get_engine
 from fedkit_core.engines.server import Observer, Server
 from fedkit_core.errors import FedkitError
 from fedkit_core.options import Option
@@ -28,7 +29,7 @@ from fedkit_core.plugins import PluginSet
 from fedkit_core.results.plots import plot_run
 from fedkit_core.results.schema import Results, build_results, metrics_csv
 from fedkit_core.results.store import RunDir, write_json, write_text
-from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION, ClientData, TaskInfo
+from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION, ClientData, ClientInfo, TaskInfo
 from fedkit_core.tasks.loading import load_task
 from fedkit_core.tasks.registry import get_task
 
@@ -64,7 +65,8 @@ def resolve_config(
     # a named partition's values are defaults too: anything the user sets wins
     preset = peek(layers, "partition.preset")
     defaults = {**spec.defaults, **spec.partition_preset(None if preset is None else str(preset))}
-    cfg = resolve(layers, [*CORE_OPTIONS, *task_options, *plugin_set.options()], defaults)
+    engine = engine_options(str(peek(layers, "engine", "local")))
+    cfg = resolve(layers, [*CORE_OPTIONS, *task_options, *plugin_set.options(), *engine], defaults)
     values = dict(cfg)
     if values["loss"] == "auto":
         values["loss"] = "dice" if spec.kind == SEGMENTATION else "ce"
@@ -112,18 +114,8 @@ def prepare(config: Config, plugins: PluginSet) -> Federation:
     """Load and partition the task's data and describe it."""
     data = load_task(config)
     clients = partition(data, config)
-    shot_groups = data.shot_groups
-    thresholds = config["task.shot_thresholds"]
-    if thresholds and data.kind == CLASSIFICATION:
-        if len(thresholds) != 2:
-            raise FedkitError("task.shot_thresholds must be [many, few]")
-        counts = sum(np.asarray(c.info().class_counts) for c in clients.values())
-        many, few = thresholds
-        shot_groups = {
-            "head": [c for c, n in enumerate(counts) if n > many],
-            "medium": [c for c, n in enumerate(counts) if few <= n <= many],
-            "tail": [c for c, n in enumerate(counts) if n < few],
-        }
+    infos = [c.info() for c in clients.values()]
+    shot_groups = shot_groups_of(config, data.kind, infos, data.shot_groups)
     sample = data.sample_split().images
     task = TaskInfo(
         name=config["task.name"],
@@ -135,6 +127,28 @@ def prepare(config: Config, plugins: PluginSet) -> Federation:
         shot_groups=shot_groups,
     )
     return Federation(config, plugins, task, clients, pick_device(config["device"]))
+
+
+def shot_groups_of(
+    config: Config,
+    kind: str,
+    clients: Sequence[ClientInfo],
+    default: dict[str, list[int]] | None,
+) -> dict[str, list[int]] | None:
+    """Head/medium/tail classes from ``task.shot_thresholds`` and the clients' pooled
+    training counts (the task's own groups when no thresholds are set)."""
+    thresholds = config["task.shot_thresholds"]
+    if not thresholds or kind != CLASSIFICATION:
+        return default
+    if len(thresholds) != 2:
+        raise FedkitError("task.shot_thresholds must be [many, few]")
+    counts = sum(np.asarray(c.class_counts) for c in clients)
+    many, few = thresholds
+    return {
+        "head": [c for c, n in enumerate(counts) if n > many],
+        "medium": [c for c, n in enumerate(counts) if few <= n <= many],
+        "tail": [c for c, n in enumerate(counts) if n < few],
+    }
 
 
 def default_out(config: Config) -> Path:
@@ -192,7 +206,11 @@ def _execute(
     resume: bool,
 ) -> Results:
     if cfg["engine"] != "local":
-        raise FedkitError(f"engine={cfg['engine']} is not available in this installation")
+        if resume:
+            raise FedkitError(
+                f"runs on engine={cfg['engine']} cannot be resumed; start the run again"
+            )
+        return get_engine(cfg["engine"]).execute(cfg, plugin_set, run_dir, observer)
     started = time.perf_counter()
     fed = prepare(cfg, plugin_set)
     if fed.device.type == "cuda":
@@ -215,29 +233,38 @@ def _execute(
             clients[cid].load_state_dict(state)
     server.seconds += time.perf_counter() - started
 
-    def write(status: str) -> Results:
-        results = build_results(
-            status=status,
-            config=cfg.nested(),
-            plugins=plugin_set.run_versions(),
-            task=fed.task.to_dict(),
-            device=str(fed.device),
-            records=server.records,
-            events=server.events,
-            wall_seconds=server.seconds,
-        )
-        if run_dir is not None:
-            write_json(run_dir.results, results)
-            write_text(run_dir.metrics_csv, metrics_csv(server.records))
-        return results
-
     def after_round(srv: Server) -> None:
         if checkpointer is not None:
             checkpointer.save(srv, clients)
-        write("running")
+        write_results("running", server, plugin_set, run_dir)
 
     server.run(transport, on_round=after_round)
-    results = write("complete")
+    return finish_run(server, plugin_set, run_dir)
+
+
+def write_results(
+    status: str, server: Server, plugin_set: PluginSet, run_dir: RunDir | None
+) -> Results:
+    """The results of ``server``'s rounds so far, written to ``run_dir`` (if any)."""
+    results = build_results(
+        status=status,
+        config=server.config.nested(),
+        plugins=plugin_set.run_versions(),
+        task=server.task.to_dict(),
+        device=str(server.ctx.device),
+        records=server.records,
+        events=server.events,
+        wall_seconds=server.seconds,
+    )
+    if run_dir is not None:
+        write_json(run_dir.results, results)
+        write_text(run_dir.metrics_csv, metrics_csv(server.records))
+    return results
+
+
+def finish_run(server: Server, plugin_set: PluginSet, run_dir: RunDir | None) -> Results:
+    """Write the complete results and their plots."""
+    results = write_results("complete", server, plugin_set, run_dir)
     if run_dir is not None:
         plot_run(results, run_dir.path)
     return results

@@ -15,13 +15,14 @@ from typing import Any
 
 import yaml
 
+from fedkit_core.engines.registry import ENGINES
 from fedkit_core.errors import FedkitError, unknown
 from fedkit_core.options import Option
 
 CORE_OPTIONS: tuple[Option, ...] = (
     Option("name", str, None, "label of the run (default: built from plugins and task)"),
     Option("plugins", "list[str]", [], "method plugins to activate (fedavg = none)"),
-    Option("engine", str, "local", "where the federation runs", choices=("local",)),
+    Option("engine", str, "local", "where the federation runs", choices=tuple(ENGINES)),
     Option("device", str, "auto", "torch device: auto (GPU when present), cpu, cuda, cuda:1..."),
     Option("seed", int, 0, "seed of data partition, initialisation, sampling and shuffling"),
     Option("rounds", int, 10, "communication rounds"),

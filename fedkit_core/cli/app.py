@@ -279,3 +279,8 @@ def data(
     unit = "pixels" if fed.task.kind == "segmentation" else "samples"
     console.print(rows_table(rows, f"{cfg['task.name']}: training {unit} per class and client"))
     console.print(f"heatmap: {plot_partition(fed.task, out)}")
+
+
+from fedkit_core.cli.flower import flower_app  # noqa: E402  (it imports the options above)
+
+app.add_typer(flower_app, name="flower")

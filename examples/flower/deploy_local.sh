@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# A fedkit run through Flower's deployment runtime on this machine: one SuperLink and three
+# SuperNodes as separate processes on 127.0.0.1 (free ports, insecure mode: for a test only;
+# real deployments use TLS, see docs/engines.md). Results go to OUT_DIR in the usual format.
+# Every process started here is stopped on exit, failure or interrupt.
+#
+#   bash examples/flower/deploy_local.sh OUT_DIR [extra `fedkit flower submit` options]
+#
+# PYTHON (default: python3) is the interpreter with fedkit and flwr installed.
+set -euo pipefail
+
+if [ $# -lt 1 ]; then
+  echo "usage: $0 OUT_DIR [fedkit flower submit options]" >&2
+  exit 2
+fi
+OUT=$1
+shift
+PYTHON=${PYTHON:-python3}
+HERE=$(cd "$(dirname "$0")" && pwd)
+NODES=3
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/fedkit-deploy.XXXXXX")
+PIDS=()
+
+cleanup() {
+  local status=$?
+  trap - EXIT INT TERM
+  for pid in "${PIDS[@]}"; do  # each process leads its own group: stop it with its children
+    kill -TERM -- "-$pid" 2>/dev/null || true
+  done
+  for _ in $(seq 50); do
+    local alive=0
+    for pid in "${PIDS[@]}"; do
+      if kill -0 -- "-$pid" 2>/dev/null; then alive=1; fi
+    done
+    [ "$alive" -eq 0 ] && break
+    sleep 0.2
+  done
+  for pid in "${PIDS[@]}"; do
+    kill -KILL -- "-$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  if [ "$status" -ne 0 ]; then
+    for log in "$WORK"/*.log; do
+      echo "---- $(basename "$log") (last lines)" >&2
+      tail -n 15 "$log" >&2 || true
+    done
+  fi
+  rm -rf "$WORK"
+  exit "$status"
+}
+trap cleanup EXIT INT TERM
+
+free_port() {
+  "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+fedkit() { "$PYTHON" -m fedkit_core.cli "$@"; }
+
+start() {  # start NAME COMMAND...: in its own process group, output to WORK/NAME.log
+  local name=$1
+  shift
+  setsid "$@" >"$WORK/$name.log" 2>&1 &
+  PIDS+=("$!")
+}
+
+LINK_PORT=$(free_port)
+SUPERLINK=127.0.0.1:$LINK_PORT
+start superlink "$PYTHON" -m fedkit_core.cli flower superlink --address "$SUPERLINK" --insecure
+for _ in $(seq 150); do  # until the SuperLink accepts connections
+  if "$PYTHON" -c "import socket; socket.create_connection(('127.0.0.1', $LINK_PORT), 1)" 2>/dev/null; then
+    break
+  fi
+  sleep 0.2
+done
+for k in $(seq 0 $((NODES - 1))); do
+  start "supernode$k" "$PYTHON" -m fedkit_core.cli flower supernode --superlink "$SUPERLINK" \
+    --partition-id "$k" --port "$(free_port)" --insecure
+done
+
+fedkit flower submit --superlink "$SUPERLINK" --insecure --nodes "$NODES" \
+  --config "$HERE/deploy_local.yaml" --out "$OUT" "$@"

@@ -1,0 +1,126 @@
+"""``fedkit flower ...``: start a SuperLink or a SuperNode, submit a run to a SuperLink.
+
+``superlink`` and ``supernode`` replace themselves with Flower's own executables, with the
+flags a fedkit deployment needs; ``submit`` runs a fedkit config on the SuperNodes and waits
+for it. The step by step, TLS included, is in docs/engines.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+from fedkit_core.cli.app import (
+    ClientsOpt,
+    ConfigOpt,
+    PluginOpt,
+    RoundsOpt,
+    SeedOpt,
+    SetOpt,
+    TaskOpt,
+    _finish,
+    _layers,
+    console,
+)
+
+flower_app = typer.Typer(
+    help="Run fedkit on a Flower deployment: SuperLink (server), SuperNodes (sites), runs.",
+    no_args_is_help=True,
+)
+
+InsecureOpt = typer.Option(
+    False, "--insecure", help="no TLS: plain HTTP (only for a test on one machine)"
+)
+CaCertOpt = typer.Option(None, "--ca-cert", help="PEM file of the CA that signed the SuperLink")
+SuperlinkOpt = typer.Option(..., "--superlink", help="the SuperLink's HOST:PORT")
+
+
+def _tls(insecure: bool, ca_cert: Path | None, cert: Path | None = None, key: Path | None = None):
+    from fedkit_core.engines.flower.deploy import Tls
+
+    return Tls(insecure=insecure, ca_cert=ca_cert, cert=cert, key=key)
+
+
+def _exec(command: list[str]) -> None:
+    """Become ``command``; Flower starts its helpers (flower-superexec, flwr-serverapp,
+    flwr-clientapp) by name, so the folder of its executables goes first on PATH."""
+    console.print(" ".join(command), style="dim")
+    path = os.pathsep.join([str(Path(command[0]).parent), os.environ.get("PATH", "")])
+    os.execve(command[0], command, {**os.environ, "PATH": path})
+
+
+@flower_app.command()
+def superlink(
+    address: str = typer.Option(
+        "0.0.0.0:9091", "--address", help="HOST:PORT to serve SuperNodes and submitters on"
+    ),
+    insecure: bool = InsecureOpt,
+    ca_cert: Path | None = CaCertOpt,
+    cert: Path | None = typer.Option(None, "--cert", help="the SuperLink's certificate (PEM)"),
+    key: Path | None = typer.Option(None, "--key", help="the SuperLink's private key (PEM)"),
+) -> None:
+    """Start the SuperLink (on the server). Runs until stopped."""
+    from fedkit_core.engines.flower.deploy import superlink_command
+
+    _exec(superlink_command(address, _tls(insecure, ca_cert, cert, key)))
+
+
+@flower_app.command()
+def supernode(
+    superlink: str = SuperlinkOpt,
+    partition_id: int = typer.Option(
+        ..., "--partition-id", help="which client this node serves (0, 1, ...)"
+    ),
+    data_path: str | None = typer.Option(
+        None, "--data-path", help="this site's data (task.path on this node)"
+    ),
+    port: int = typer.Option(
+        9094, "--port", help="local port for the node's ClientApp processes (one per node)"
+    ),
+    insecure: bool = InsecureOpt,
+    ca_cert: Path | None = CaCertOpt,
+) -> None:
+    """Start a SuperNode (on a site, next to its data). Runs until stopped."""
+    from fedkit_core.engines.flower.deploy import supernode_command
+
+    tls = _tls(insecure, ca_cert)
+    _exec(supernode_command(superlink, partition_id, data_path, port, tls))
+
+
+@flower_app.command()
+def submit(
+    superlink: str = SuperlinkOpt,
+    nodes: int = typer.Option(..., "--nodes", help="SuperNodes to wait for (one per client)"),
+    plugin: list[str] = PluginOpt,
+    task: str | None = TaskOpt,
+    config: Path | None = ConfigOpt,
+    set_: list[str] = SetOpt,
+    rounds: int | None = RoundsOpt,
+    clients: int | None = ClientsOpt,
+    seed: int | None = SeedOpt,
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="run directory, on the SuperLink's machine"
+    ),
+    insecure: bool = InsecureOpt,
+    ca_cert: Path | None = CaCertOpt,
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="wait until the run has finished"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the run directory"),
+) -> None:
+    """Run a fedkit config on the SuperNodes of a SuperLink."""
+    from fedkit_core import api
+    from fedkit_core.engines.flower.deploy import submit as submit_run
+    from fedkit_core.results.store import RunDir
+
+    layers = _layers(config, plugin, task, set_, rounds=rounds, clients=clients, seed=seed)
+    layers.append({"engine": "flower", "flower.nodes": nodes})
+    cfg, _ = api.resolve_config(layers)
+    out = (out or api.default_out(cfg)).resolve()
+    echo = (lambda _: None) if quiet else console.print
+    submit_run(cfg, out, superlink, _tls(insecure, ca_cert), wait=wait, echo=echo)
+    run_dir = RunDir(out)
+    if wait and run_dir.results.is_file():
+        _finish(run_dir.load_results(), out, quiet)
+    elif not quiet:
+        console.print(f"results will be written on the SuperLink's machine in {out}")

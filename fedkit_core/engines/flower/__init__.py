@@ -1,0 +1,85 @@
+"""The Flower engine: fedkit runs as a Flower ServerApp + ClientApp (``engine=flower``).
+
+The same :class:`~fedkit_core.engines.server.Server` and
+:class:`~fedkit_core.engines.client.ClientRuntime` as the in-process engine run on both
+ends; only the transport differs: fedkit messages become Flower messages (named arrays in
+an ``ArrayRecord``, scalars in a ``MetricRecord`` / ``ConfigRecord``). ``fedkit run --engine
+flower`` runs in Flower's simulation runtime; ``fedkit flower submit`` sends the same run to
+a SuperLink with one SuperNode per site (see ``docs/engines.md``).
+
+This module imports nothing from ``flwr``, so the options below are known (and ``fedkit
+--help`` works) without the optional dependency: ``pip install fedkit[flower]``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fedkit_core.errors import FedkitError
+from fedkit_core.options import Option
+
+if TYPE_CHECKING:
+    from fedkit_core.config import Config
+    from fedkit_core.engines.server import Observer
+    from fedkit_core.plugins import PluginSet
+    from fedkit_core.results.schema import Results
+    from fedkit_core.results.store import RunDir
+
+#: the Flower releases this engine is written and tested against (see docs/engines.md)
+FLWR_REQUIREMENT = "flwr[simulation]>=1.41,<1.42"
+
+OPTIONS = (
+    Option(
+        "backend",
+        str,
+        "ray",
+        "simulation backend: ray (Flower's own, one worker process per CPU) or thread "
+        "(ClientApps run one at a time in this process; no Ray needed)",
+        choices=("ray", "thread"),
+    ),
+    Option("client_cpus", float, 1.0, "CPUs reserved per ClientApp (ray backend)"),
+    Option("client_gpus", float, 0.0, "GPUs reserved per ClientApp (ray backend)"),
+    Option(
+        "nodes",
+        int,
+        None,
+        "SuperNodes to wait for before the first round (default: one per client in "
+        "simulation; required for a deployment)",
+    ),
+    Option("wait", float, 300.0, "seconds to wait for the SuperNodes to connect"),
+    Option(
+        "timeout",
+        float,
+        None,
+        "seconds to wait for the replies to one message; a client that has not replied by "
+        "then counts as failed (default: wait until every node replies or is reported gone)",
+    ),
+)
+
+
+def require_flwr() -> None:
+    """Fail with an install hint when Flower is missing or of an untested release."""
+    try:
+        from importlib.metadata import version
+
+        import flwr  # noqa: F401
+    except ImportError:
+        raise FedkitError(
+            f"engine=flower needs Flower: pip install 'fedkit[flower]' (installs {FLWR_REQUIREMENT})"
+        ) from None
+    found = version("flwr")
+    if not found.startswith("1.41."):
+        raise FedkitError(
+            f"engine=flower is written for {FLWR_REQUIREMENT}, found flwr {found}; "
+            "pip install 'fedkit[flower]'"
+        )
+
+
+def execute(
+    cfg: Config, plugin_set: PluginSet, run_dir: RunDir | None, observer: Observer | None
+) -> Results:
+    """Run ``cfg`` in Flower's simulation runtime (the engine entry of the registry)."""
+    require_flwr()
+    from fedkit_core.engines.flower.simulation import simulate
+
+    return simulate(cfg, plugin_set, run_dir, observer)

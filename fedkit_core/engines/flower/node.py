@@ -1,0 +1,259 @@
+"""The client side on Flower: a ClientApp serving one fedkit client per SuperNode.
+
+Flower may run each message of a node in a different process (one Ray worker or one
+``flwr-clientapp`` process per message), so nothing may live only in process memory. What a
+client must keep between messages is saved in the node's Flower ``Context.state``:
+
+* ``fedkit.setup`` / ``fedkit.priors``: the task description and server priors of the setup
+  message, to rebuild the client (model, client priors) in a fresh process;
+* ``fedkit.state``: the client's persistent state (private model entries, optimiser state,
+  plugin state: :meth:`ClientRuntime.state_dict`) plus what must survive from a ``fit`` to
+  the ``query`` messages of the same round (the locally trained shared weights, the round and
+  the client's random stream), with a version number.
+
+A process keeps the clients it built in memory and reloads a client's state only when the
+context holds a newer version, so a worker that serves a node repeatedly pays nothing.
+
+Which client a node serves: its node config's ``partition-id`` indexes the clients that
+fedkit's partition of the node's data yields (every node of a simulation, or nodes holding a
+copy of the whole data); a node whose data yields a single client (a site holding only its
+own data, ``data-path=...``) serves that client.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import threading
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from flwr.app import ConfigRecord, Context
+from flwr.app import Message as FlowerMessage
+from flwr.clientapp import ClientApp
+
+from fedkit_core.api import Federation, prepare, resolve_config
+from fedkit_core.engines.client import ClientRuntime
+from fedkit_core.engines.flower.records import (
+    from_array_record,
+    from_records,
+    kind_of,
+    to_array_record,
+    to_records,
+)
+from fedkit_core.errors import FedkitError
+from fedkit_core.messages import Arrays, Message
+from fedkit_core.tasks.base import TaskInfo
+
+#: run config keys of a deployed run (see deploy.py)
+CONFIG_KEY, OUT_KEY = "fedkit-config", "out"
+#: node config keys of a SuperNode
+PARTITION_KEY, DATA_PATH_KEY = "partition-id", "data-path"
+#: the scalar of the setup message that carries the server's task description
+TASK_KEY = "fedkit.task"
+SETUP, PRIORS, STATE = "fedkit.setup", "fedkit.priors", "fedkit.state"
+
+
+@dataclass
+class Source:
+    """Where the ClientApp takes the run's config and plugins from.
+
+    ``config`` (a nested fedkit config) and ``plugins`` (plugin objects registered at run
+    time) are given in a simulation; a deployed ClientApp reads the config from the run
+    config (``fedkit-config``, JSON) and uses installed plugins only. ``federation`` lets an
+    in-process simulation share the data the driver already loaded.
+    """
+
+    config: dict[str, Any] | None = None
+    plugins: dict[str, Any] | None = None
+    federation: Federation | None = None
+
+    def config_for(self, context: Context) -> dict[str, Any]:
+        config = self.config
+        if config is None:
+            raw = context.run_config.get(CONFIG_KEY)
+            if not raw:
+                raise FedkitError(
+                    f"the Flower run has no {CONFIG_KEY!r} in its run config; submit fedkit "
+                    "runs with `fedkit flower submit`"
+                )
+            config = json.loads(str(raw))
+        path = context.node_config.get(DATA_PATH_KEY)
+        if path:  # this node's own copy of the data
+            config = copy.deepcopy(config)
+            config.setdefault("task", {})["path"] = str(path)
+        return config
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=lambda v: v.tolist())
+
+
+class NodeClient:
+    """One node's fedkit client as held by this process."""
+
+    def __init__(self, federation: Federation, index: int):
+        ids = list(federation.clients)
+        if len(ids) > 1 and not 0 <= index < len(ids):
+            raise FedkitError(
+                f"this SuperNode has {PARTITION_KEY}={index}, but the data yields {len(ids)} "
+                f"clients ({', '.join(ids)}); use a {PARTITION_KEY} from 0 to {len(ids) - 1}"
+            )
+        self.federation = federation
+        self.index = index
+        self.id = ids[0] if len(ids) == 1 else ids[index]
+        self.runtime: ClientRuntime | None = None
+        self.version = -1
+
+    def describe(self) -> Message:
+        """Who this client is and what its data looks like (the server builds its TaskInfo)."""
+        task = self.federation.task.to_dict()
+        task.pop("clients")
+        info = asdict(self.federation.task.clients[self.id])
+        return Message(
+            "describe",
+            scalars={
+                "client_id": self.id,
+                "index": self.index,
+                "info": to_json(info),
+                "task": to_json(task),
+            },
+        )
+
+    def setup(self, message: Message, context: Context) -> Message:
+        """Build the client for the server's task description and priors; keep both."""
+        task = str(message.scalars.get(TASK_KEY, ""))
+        if not task:
+            raise FedkitError("the setup message lacks the server's task description")
+        context.state[SETUP] = ConfigRecord({"task": task})
+        context.state[PRIORS] = to_array_record(message.arrays)
+        context.state[STATE] = ConfigRecord({"version": 0})
+        self.runtime = self._build(task, message.arrays)
+        self.version = 0
+        return Message("setup")
+
+    def _build(self, task: str, priors: Arrays) -> ClientRuntime:
+        fed = self.federation
+        runtime = ClientRuntime(
+            self.id,
+            fed.clients[self.id],
+            TaskInfo.from_dict(json.loads(task)),
+            fed.config,
+            fed.plugins,
+            fed.device,
+        )
+        runtime.setup(Message("setup", priors))
+        return runtime
+
+    def current(self, context: Context) -> ClientRuntime:
+        """The client, rebuilt and brought to the context's latest state if needed."""
+        if SETUP not in context.state or STATE not in context.state:
+            raise FedkitError("this SuperNode received a message before fedkit's setup message")
+        if self.runtime is None:
+            priors = from_array_record(context.state.array_records[PRIORS])
+            self.runtime = self._build(str(context.state.config_records[SETUP]["task"]), priors)
+            self.version = 0
+        stored = context.state.config_records[STATE]
+        if int(stored["version"]) != self.version:
+            restore(self.runtime, bytes(stored["blob"]))
+            self.version = int(stored["version"])
+        return self.runtime
+
+    def save(self, context: Context) -> None:
+        assert self.runtime is not None
+        self.version += 1
+        context.state[STATE] = ConfigRecord(
+            {"version": self.version, "blob": snapshot(self.runtime)}
+        )
+
+
+def snapshot(runtime: ClientRuntime) -> bytes:
+    """The client's persistent state plus what a query after ``fit`` needs, serialised."""
+    state = runtime.state_dict()
+    state["shared"] = runtime.ctx.model.shared_state()
+    state["round"] = runtime.ctx.round
+    state["rng"] = runtime.ctx.rng.get_state()
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()
+
+
+def restore(runtime: ClientRuntime, blob: bytes) -> None:
+    state = torch.load(io.BytesIO(blob), weights_only=False)  # this node's own state
+    runtime.optimizer = None
+    runtime.load_state_dict(state)
+    runtime.ctx.model.load_shared(state["shared"])
+    runtime.ctx.round = state["round"]
+    runtime.ctx.rng.set_state(state["rng"])
+
+
+class ClientSide:
+    """Handles every fedkit message a node receives (the body of the ClientApp)."""
+
+    def __init__(self, source: Source):
+        self.source = source
+        self.lock = threading.Lock()
+        self.federation_key: str | None = None
+        self.federation: Federation | None = None
+        self.clients: dict[tuple[int, int], NodeClient] = {}
+
+    def __getstate__(self) -> dict[str, Any]:  # sent to Ray workers: the source only
+        return {"source": self.source}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["source"])
+
+    def __call__(self, message: FlowerMessage, context: Context) -> FlowerMessage:
+        kind = "query"
+        try:
+            kind = kind_of(message.metadata.message_type)
+            with self.lock:
+                reply = self.handle(kind, from_records(message.content, kind), context)
+        except Exception as err:  # reported to the server, which decides whether the run goes on
+            text = str(err) if isinstance(err, FedkitError) else f"{type(err).__name__}: {err}"
+            reply = Message(kind, error=text, exception=err)
+            self.clients.pop((context.run_id, context.node_id), None)  # rebuilt from the context
+        return FlowerMessage(to_records(reply), reply_to=message)
+
+    def handle(self, kind: str, message: Message, context: Context) -> Message:
+        client = self.client(context)
+        if kind == "describe":
+            return client.describe()
+        if kind == "setup":
+            return client.setup(message, context)
+        runtime = client.current(context)
+        reply = runtime.handle(message)
+        if runtime.dirty:
+            client.save(context)
+        return reply
+
+    def client(self, context: Context) -> NodeClient:
+        """This node's client, loading the node's data once per process and config."""
+        config = self.source.config_for(context)
+        key = to_json(config)
+        if key != self.federation_key:
+            self.federation = self.source.federation
+            if self.federation is None or to_json(self.federation.config.nested()) != key:
+                self.federation = prepare(*resolve_config(config, self.source.plugins))
+            self.federation_key = key
+            self.clients.clear()
+        assert self.federation is not None
+        node = (context.run_id, context.node_id)
+        if node not in self.clients:
+            index = int(context.node_config.get(PARTITION_KEY, 0))
+            self.clients[node] = NodeClient(self.federation, index)
+        return self.clients[node]
+
+
+def make_client_app(source: Source | None = None) -> ClientApp:
+    """A Flower ClientApp that answers fedkit's messages (see :class:`ClientSide`)."""
+    app = ClientApp()
+    side = ClientSide(source or Source())
+    app.query("fedkit_describe")(side)
+    app.query("fedkit_setup")(side)
+    app.query()(side)
+    app.train()(side)
+    app.evaluate()(side)
+    return app

@@ -1,0 +1,198 @@
+"""The server side on Flower: the fedkit Server driving SuperNodes through a Flower Grid.
+
+:func:`serve` is the body of fedkit's ServerApp, in simulation and deployment alike: wait for
+the SuperNodes, ask each which client it serves and what its data looks like (``describe``),
+assemble the task description from the answers, then run the same
+:class:`~fedkit_core.engines.server.Server` as the local engine over a :class:`FlowerTransport`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from flwr.app import Context
+from flwr.app import Message as FlowerMessage
+from flwr.serverapp import Grid
+
+from fedkit_core.api import finish_run, pick_device, resolve_config, shot_groups_of, write_results
+from fedkit_core.config import Config
+from fedkit_core.engines.flower.node import CONFIG_KEY, OUT_KEY, TASK_KEY
+from fedkit_core.engines.flower.records import MESSAGE_TYPES, from_records, to_records
+from fedkit_core.engines.server import Observer, Server
+from fedkit_core.errors import FedkitError
+from fedkit_core.messages import Message
+from fedkit_core.plugins import PluginSet
+from fedkit_core.results.schema import Results
+from fedkit_core.results.store import RunDir
+from fedkit_core.tasks.base import ClientInfo, TaskInfo
+
+
+class FlowerTransport:
+    """Delivers fedkit messages as Flower messages through ``grid``.
+
+    A client whose node replies with an error, is reported gone by Flower, or has not replied
+    after ``timeout`` seconds gets a failed reply (``error`` set); the server records it and
+    goes on while ``min_clients`` clients remain.
+    """
+
+    def __init__(self, grid: Grid, observer: Observer, timeout: float | None = None):
+        self.grid = grid
+        self.observer = observer
+        self.timeout = timeout
+        self.nodes: dict[str, int] = {}  # client id -> node id
+        self.setup_scalars: dict[str, Any] = {}  # added to every setup message
+
+    def send(self, messages: dict[str, Message]) -> dict[str, Message]:
+        replies = self.exchange({self.nodes[cid]: m for cid, m in messages.items()})
+        return {cid: replies[self.nodes[cid]] for cid in messages}
+
+    def exchange(self, messages: dict[int, Message]) -> dict[int, Message]:
+        """Send one message per node id; the replies (or failures) by node id."""
+        if not messages:
+            return {}
+        first = next(iter(messages.values()))
+        rnd = int(first.scalars.get("round", 0))
+        outgoing = []
+        for node, message in messages.items():
+            if message.kind == "setup":
+                message = Message(
+                    "setup", message.arrays, {**message.scalars, **self.setup_scalars}
+                )
+            outgoing.append(
+                FlowerMessage(
+                    to_records(message),
+                    dst_node_id=node,
+                    message_type=MESSAGE_TYPES[message.kind],
+                    group_id=str(rnd),
+                )
+            )
+        received = {
+            reply.metadata.src_node_id: reply
+            for reply in self.grid.send_and_receive(outgoing, timeout=self.timeout)
+        }
+        out: dict[int, Message] = {}
+        for node, message in messages.items():
+            reply = received.get(node)
+            if reply is None:
+                out[node] = Message(
+                    message.kind, error=f"no reply within {self.timeout} s (node {node})"
+                )
+            elif reply.has_error():
+                error = reply.error
+                out[node] = Message(
+                    message.kind, error=f"Flower error {error.code}: {error.reason}"
+                )
+            else:
+                out[node] = from_records(reply.content, message.kind)
+        phase = str(first.scalars.get("query", first.kind))
+        self.observer.on_phase(rnd, phase, len(messages), len(messages))
+        return out
+
+
+def wait_for_nodes(grid: Grid, wanted: int, patience: float) -> list[int]:
+    """The ids of the connected SuperNodes once ``wanted`` of them are there."""
+    deadline = time.monotonic() + patience
+    while True:
+        nodes = sorted(grid.get_node_ids())
+        if len(nodes) >= wanted:
+            return nodes
+        if time.monotonic() > deadline:
+            raise FedkitError(
+                f"only {len(nodes)} of {wanted} SuperNodes connected within {patience:.0f} s; "
+                "start the missing ones or lower flower.nodes"
+            )
+        time.sleep(0.2)
+
+
+def describe(transport: FlowerTransport, nodes: list[int], config: Config) -> TaskInfo:
+    """Ask every node which client it serves; the task description from their answers.
+
+    Also sets ``transport.nodes`` (client id -> node id). Clients are ordered by their
+    node's partition index, which gives the same client order as the local engine.
+    """
+    replies = transport.exchange({node: Message("describe") for node in nodes})
+    failed = {node: r.error for node, r in replies.items() if r.error is not None}
+    if failed:
+        node, error = next(iter(failed.items()))
+        raise FedkitError(f"SuperNode {node} cannot serve a fedkit client: {error}")
+    answers = sorted(replies.items(), key=lambda item: int(item[1].scalars["index"]))
+    described = [json.loads(str(r.scalars["task"])) for _, r in answers]
+    site_groups = [d.pop("shot_groups") for d in described]  # may differ between sites
+    if any(d != described[0] for d in described):
+        raise FedkitError(
+            "the SuperNodes describe different tasks (classes, channels or image shape "
+            "differ); every site must hold data of the same task"
+        )
+    clients: dict[str, ClientInfo] = {}
+    for node, reply in answers:
+        cid = str(reply.scalars["client_id"])
+        if cid in clients:
+            raise FedkitError(
+                f"two SuperNodes serve client {cid!r} (nodes {transport.nodes[cid]} and "
+                f"{node}); give each SuperNode its own partition-id"
+            )
+        clients[cid] = ClientInfo(**json.loads(str(reply.scalars["info"])))
+        transport.nodes[cid] = node
+    task = TaskInfo.from_dict({**described[0], "clients": {}})
+    task.clients = clients
+    task.shot_groups = shot_groups_of(config, task.kind, list(clients.values()), site_groups[0])
+    return task
+
+
+def serve(
+    grid: Grid,
+    cfg: Config,
+    plugin_set: PluginSet,
+    run_dir: RunDir | None,
+    observer: Observer,
+    nodes: int,
+) -> Results:
+    """Run the federation of ``cfg`` on the SuperNodes of ``grid``; write and return results."""
+    started = time.perf_counter()
+    opts = cfg.section("flower")
+    transport = FlowerTransport(grid, observer, opts["timeout"])
+    task = describe(transport, wait_for_nodes(grid, nodes, opts["wait"]), cfg)
+    server = Server(cfg, plugin_set, task, pick_device(cfg["device"]), observer)
+    server.setup()
+    transport.setup_scalars = {TASK_KEY: json.dumps(task.to_dict())}
+    server.setup_clients(transport, task.clients)
+    server.seconds += time.perf_counter() - started
+    server.run(transport, on_round=lambda srv: write_results("running", srv, plugin_set, run_dir))
+    return finish_run(server, plugin_set, run_dir)
+
+
+class LogObserver(Observer):
+    """Progress of a deployed run in the ServerApp's log (``flwr log RUN_ID``)."""
+
+    def __init__(self) -> None:
+        self.logger = logging.getLogger("flwr")
+
+    def on_start(self, total_rounds: int, first_round: int) -> None:
+        self.logger.info("fedkit: %d rounds", total_rounds)
+
+    def on_round_end(self, record: dict[str, Any]) -> None:
+        scores = ", ".join(f"{k} {v:.4f}" for k, v in record.get("global", {}).items())
+        self.logger.info(
+            "fedkit: round %d done in %.1f s %s", record["round"], record["seconds"], scores
+        )
+
+
+def serve_deployed(grid: Grid, context: Context) -> None:
+    """The ServerApp of a deployed run: config and output folder come from the run config."""
+    raw = context.run_config.get(CONFIG_KEY)
+    if not raw:
+        raise FedkitError(
+            f"the run config lacks {CONFIG_KEY!r}; submit with `fedkit flower submit`"
+        )
+    cfg, plugin_set = resolve_config(json.loads(str(raw)))
+    if cfg["flower.nodes"] is None:
+        raise FedkitError("set flower.nodes to the number of SuperNodes (one per client)")
+    out = str(context.run_config.get(OUT_KEY, ""))
+    run_dir = RunDir(out) if out else None
+    if run_dir is not None:
+        run_dir.create()
+        run_dir.save_config(cfg.nested())
+    serve(grid, cfg, plugin_set, run_dir, LogObserver(), cfg["flower.nodes"])

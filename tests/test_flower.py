@@ -1,0 +1,345 @@
+"""The Flower engine gives the local engine's results, keeps client state in Flower's context,
+carries extra round trips as Flower messages and survives failing clients.
+
+Most runs use the ``thread`` backend (Flower's simulation runtime without Ray: fast and in
+this process, so throwaway plugins work); the Ray backend and the loopback deployment are
+exercised by the tests marked ``slow``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+flwr = pytest.importorskip("flwr")
+
+from fedkit_core import FedkitError, Reply, hookimpl, run  # noqa: E402
+from fedkit_core.aggregation import weighted_average  # noqa: E402
+from fedkit_core.cli import main  # noqa: E402
+from fedkit_core.engines.flower import node as node_module  # noqa: E402
+from fedkit_core.engines.flower.records import from_records, to_records  # noqa: E402
+from fedkit_core.engines.flower.serverapp import FlowerTransport, wait_for_nodes  # noqa: E402
+from fedkit_core.engines.server import Observer  # noqa: E402
+from fedkit_core.messages import Message  # noqa: E402
+from fedkit_core.testing import REPO_ROOT, tiny  # noqa: E402
+
+THREAD = {"engine": "flower", "flower": {"backend": "thread"}}
+
+
+def flower(config: dict, backend: str = "thread") -> dict:
+    return {
+        **config,
+        "engine": "flower",
+        "flower": {**config.get("flower", {}), "backend": backend},
+    }
+
+
+def close(a, b, tol: float) -> bool:
+    """Numbers within ``tol``, everything else equal, recursively."""
+    if isinstance(a, dict):
+        return (
+            isinstance(b, dict) and a.keys() == b.keys() and all(close(a[k], b[k], tol) for k in a)
+        )
+    if isinstance(a, (int, float)) and not isinstance(a, bool):
+        return isinstance(b, (int, float)) and abs(a - b) <= tol
+    return a == b
+
+
+def assert_same_results(local, other, tol: float = 1e-6) -> None:
+    """Same final metrics in every scope and same per-round training records."""
+    for scope in ("global", "clients", "clients_mean", "fairness", "summary"):
+        assert close(local.final[scope], other.final[scope], tol), (
+            scope,
+            local.final[scope],
+            other.final[scope],
+        )
+    for mine, theirs in zip(local.rounds, other.rounds, strict=True):
+        assert theirs["sampled"] == mine["sampled"]
+        assert close(mine["train"], theirs["train"], tol), (mine["train"], theirs["train"])
+
+
+# ---------------------------------------------------------------------- throwaway plugins
+
+
+class Personal:
+    """Client state of every kind: a private personal head (used for evaluation), a plugin
+    state counter reported up, and (with keep_optimizer_state) the optimiser's moments."""
+
+    @hookimpl
+    def fedkit_extend_model(self, model, ctx):
+        if ctx.client_id is not None:
+            head = nn.Linear(model.feature_dim, ctx.task.num_classes)
+            model.add_extra("personal", head, private=True)
+
+    @hookimpl
+    def fedkit_round_start(self, client):
+        state = client.plugin_state("personal")
+        state["fits"] = state.get("fits", 0) + 1
+        state["trace"] = (
+            state.get("trace", torch.zeros(())) + client.model.head.weight.detach().sum()
+        )
+
+    @hookimpl
+    def fedkit_loss_terms(self, client, batch, outputs):
+        return {"personal.ce": nn.functional.cross_entropy(outputs["personal"], batch.y)}
+
+    @hookimpl
+    def fedkit_client_report(self, client):
+        state = client.plugin_state("personal")
+        return {"personal.fits": state["fits"], "personal.trace": float(state["trace"])}
+
+    @hookimpl
+    def fedkit_personal_output(self, client):
+        return "personal"
+
+
+class Anchored:
+    """An extra round trip after local training: each client answers with a statistic of its
+    locally trained weights against the anchor the server sends (like Fed-LWR's CKA); the
+    server weights the average by the answers."""
+
+    @hookimpl
+    def fedkit_answer_query(self, client, query, arrays, scalars):
+        if query != "anchored.dot":
+            return None
+        local = client.model.head.weight.detach().cpu()
+        dot = float((local * arrays["anchor"]).sum())
+        return Reply(arrays={"norm": local.norm().reshape(1)}, scalars={"dot": dot, "tag": "ok"})
+
+    @hookimpl
+    def fedkit_aggregate(self, server, updates, ask):
+        anchor = server.global_state["head.weight"]
+        replies = ask("anchored.dot", arrays={"anchor": anchor}, scalars={"scale": 2.0})
+        for update in updates:  # the reply is computed on the model the client just trained
+            expected = float((update.arrays["head.weight"] * anchor).sum())
+            got = replies[update.client_id].scalars["dot"]
+            assert abs(got - expected) <= 1e-4 * max(1.0, abs(expected)), (got, expected)
+            assert replies[update.client_id].scalars["tag"] == "ok"
+        weights = [1.0 + abs(replies[u.client_id].scalars["dot"]) for u in updates]
+        server.state["weights"] = weights
+        return weighted_average([u.arrays for u in updates], weights)
+
+
+class Flaky:
+    """One client fails in round 2's training."""
+
+    @hookimpl
+    def fedkit_round_start(self, client):
+        if client.id == "site1" and client.round == 2:
+            raise FedkitError("site1 lost its data")
+
+
+# ---------------------------------------------------------------------- equivalence
+
+
+def test_fedavg_gives_the_local_engines_results():
+    local = run(tiny(rounds=2))
+    other = run(flower(tiny(rounds=2)))
+    assert_same_results(local, other)
+    assert other["config"]["engine"] == "flower"
+
+
+def test_client_state_persists_in_flowers_context_even_across_processes(monkeypatch):
+    config = tiny(rounds=3, keep_optimizer_state=True)
+    local = run(config, plugins={"personal": Personal()})
+
+    # every message handled as if by a fresh process: the client is rebuilt from
+    # Context.state each time (what Ray workers and deployed SuperNodes do)
+    real = node_module.ClientSide.client
+
+    def forgetful(self, context):
+        self.clients.clear()
+        return real(self, context)
+
+    monkeypatch.setattr(node_module.ClientSide, "client", forgetful)
+    other = run(flower(config), plugins={"personal": Personal()})
+    assert_same_results(local, other)
+    fits = [r["train"]["site0"]["personal.fits"] for r in other.rounds]
+    assert fits == [1, 2, 3]
+
+
+def test_extra_round_trip_is_a_flower_message_answered_by_the_trained_model(monkeypatch):
+    config = tiny(rounds=2)
+    local = run(config, plugins={"anchored": Anchored()})
+    real = node_module.ClientSide.client
+
+    def forgetful(self, context):  # the query lands in another "process" than the fit
+        self.clients.clear()
+        return real(self, context)
+
+    monkeypatch.setattr(node_module.ClientSide, "client", forgetful)
+    other = run(flower(config), plugins={"anchored": Anchored()})
+    assert_same_results(local, other)
+
+
+# ---------------------------------------------------------------------- failures
+
+
+def test_failing_client_is_recorded_and_the_run_goes_on(tmp_path):
+    config = flower(tiny(rounds=3, min_clients=2))
+    results = run(config, plugins={"flaky": Flaky()}, out=tmp_path / "run")
+    assert results["status"] == "complete"
+    (event,) = results["events"]
+    assert event == {"round": 2, "phase": "fit", "client": "site1", "error": "site1 lost its data"}
+    assert results.rounds[1]["sampled"] == ["site0", "site1", "site2"]
+    assert set(results.rounds[1]["train"]) == {"site0", "site2"}
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert saved["events"] == results["events"]
+    local = run(tiny(rounds=3, min_clients=2), plugins={"flaky": Flaky()})
+    assert local["events"] == results["events"]
+    assert close(local.final["global"], results.final["global"], 1e-6)
+
+
+def test_too_few_clients_left_is_a_clear_error():
+    with pytest.raises(FedkitError, match="site1 lost its data"):
+        run(flower(tiny(rounds=2)), plugins={"flaky": Flaky()})
+
+
+class FakeGrid:
+    """A Grid whose nodes reply, fail or stay silent, for transport tests."""
+
+    def __init__(self, behaviour: dict[int, str]):
+        self.behaviour = behaviour
+
+    def get_node_ids(self):
+        return list(self.behaviour)
+
+    def send_and_receive(self, messages, *, timeout=None):
+        from flwr.app import Error
+        from flwr.app import Message as FlowerMessage
+
+        replies = []
+        for message in messages:
+            what = self.behaviour[message.metadata.dst_node_id]
+            if what == "ok":
+                echo = from_records(message.content, "fit")
+                reply = FlowerMessage(to_records(echo), reply_to=message)
+            elif what == "error":
+                reply = FlowerMessage(Error(code=5, reason="node unavailable"), reply_to=message)
+            else:
+                continue
+            reply.metadata.__dict__["_src_node_id"] = message.metadata.dst_node_id
+            replies.append(reply)
+        return replies
+
+
+def test_transport_turns_silent_and_erroring_nodes_into_failed_replies():
+    transport = FlowerTransport(FakeGrid({1: "ok", 2: "error", 3: "silent"}), Observer(), 0.5)
+    transport.nodes = {"a": 1, "b": 2, "c": 3}
+    sent = Message("fit", {"w": torch.arange(3.0)}, {"round": 1, "lr": 0.1, "tag": "x"})
+    replies = transport.send({"a": sent, "b": sent, "c": sent})
+    assert torch.equal(replies["a"].arrays["w"], sent.arrays["w"])
+    assert replies["a"].scalars == sent.scalars and replies["a"].error is None
+    assert "Flower error 5: node unavailable" in replies["b"].error
+    assert "no reply within 0.5 s" in replies["c"].error
+
+
+def test_waiting_for_missing_supernodes_fails_clearly():
+    with pytest.raises(FedkitError, match="only 2 of 3 SuperNodes connected"):
+        wait_for_nodes(FakeGrid({1: "ok", 2: "ok"}), 3, patience=0.3)
+
+
+def test_records_keep_names_dtypes_and_scalar_types():
+    arrays = {"a.weight": torch.randn(2, 3), "n": torch.tensor(7), "mask": torch.tensor([True])}
+    scalars = {"round": 3, "lr": 0.5, "name": "x", "flag": False}
+    back = from_records(to_records(Message("fit", arrays, scalars)), "fit")
+    assert back.scalars == scalars
+    assert {k: type(v) for k, v in back.scalars.items()} == {k: type(v) for k, v in scalars.items()}
+    for key, value in arrays.items():
+        assert back.arrays[key].dtype == value.dtype and torch.equal(back.arrays[key], value)
+    failed = from_records(
+        to_records(Message("fit", error="bad", exception=FedkitError("bad"))), "fit"
+    )
+    assert failed.error == "bad" and isinstance(failed.exception, FedkitError)
+
+
+def test_cli_runs_on_flower_and_resume_is_refused(tmp_path, capsys):
+    import yaml
+
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny(rounds=1, checkpoint=True)))
+    out = tmp_path / "run"
+    argv = ["run", "--config", str(path), "--engine", "flower", "--set", "flower.backend=thread"]
+    assert main([*argv, "--out", str(out), "-q"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["status"] == "complete" and (out / "metrics.csv").is_file()
+    results["status"] = "running"  # as if interrupted
+    (out / "results.json").write_text(json.dumps(results))
+    assert main(["resume", str(out), "-q"]) == 2
+    assert "engine=flower cannot be resumed" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- installed methods
+
+
+def test_fca_gives_the_local_engines_results():
+    pytest.importorskip("fedkit_fca")
+    config = tiny(rounds=3, plugins=["fca"])
+    assert_same_results(run(config), run(flower(config)))
+
+
+def test_fed_lwr_gives_the_local_engines_results():
+    pytest.importorskip("fedkit_fed_lwr")
+    config = tiny(rounds=3, plugins=["fed-lwr"])
+    assert_same_results(run(config), run(flower(config)))
+
+
+# ---------------------------------------------------------------------- slow
+
+
+@pytest.mark.slow
+def test_ray_backend_gives_the_local_engines_results():
+    pytest.importorskip("ray")
+    config = tiny(rounds=2)
+    assert_same_results(run(config), run(flower(config, backend="ray")), tol=1e-5)
+
+
+def _flower_processes() -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().split()[2]
+        except OSError:
+            continue
+        if state != "Z" and any(
+            name in cmdline for name in ("flower-", "flwr-", "fedkit_core.cli flower")
+        ):
+            found.add(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to list processes")
+def test_loopback_deployment_gives_the_local_results_and_leaves_no_process(tmp_path):
+    before = _flower_processes()
+    out = tmp_path / "deployed"
+    env = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    script = REPO_ROOT / "examples" / "flower" / "deploy_local.sh"
+    done = subprocess.run(
+        ["bash", str(script), str(out), "-q"], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert _flower_processes() - before == set()
+    deployed = json.loads((out / "results.json").read_text())
+    assert deployed["status"] == "complete"
+    assert (out / "metrics.csv").is_file()
+    import yaml
+
+    config = yaml.safe_load((script.parent / "deploy_local.yaml").read_text())
+    local = run(config)
+    for scope in ("global", "clients", "clients_mean"):
+        assert close(local.final[scope], deployed["final"][scope], 1e-5), scope
