@@ -47,3 +47,9 @@ def test_markers_decide_found(tmp_path):
     (tmp_path / "a" / "train").mkdir(parents=True)
     (tmp_path / "a" / "train" / "x.png").write_bytes(b"")
     assert spec.data_status(str(tmp_path)) == "found"
+
+
+def test_task_path_expands_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg, _ = resolve_config({"task": "npz", "task.path": "~/data.npz"})
+    assert cfg["task.path"] == str(tmp_path / "data.npz")

@@ -231,17 +231,22 @@ def tasks() -> None:
 
     from fedkit_core.tasks.registry import all_tasks
 
-    table = Table(title="fedkit tasks", title_justify="left")
-    for column in ("name", "kind", "description", "task.path", "data"):
-        table.add_column(column)
+    table = Table(title="fedkit tasks", title_justify="left", expand=True)
+    table.add_column("name", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("description", ratio=3, min_width=26)
+    table.add_column("task.path", ratio=1, min_width=14, overflow="fold")
+    table.add_column("data", no_wrap=True)
+    home = str(Path.home())
     for spec in all_tasks().values():
         path = spec.resolve_path(None)
         presets = f" (partition.preset: {', '.join(spec.partitions)})" if spec.partitions else ""
+        shown = path.replace(home, "~", 1) if path else None
         table.add_row(
             spec.name,
-            spec.kind,
+            "seg" if spec.kind == "segmentation" else "class",
             spec.description + presets,
-            path or ("-" if not spec.needs_path else "(set it)"),
+            shown or ("-" if not spec.needs_path else "(set it)"),
             spec.data_status(path),
         )
     console.print(table)

@@ -72,19 +72,33 @@ class FedModel(nn.Module):
         return out
 
     def shared_state(self) -> dict[str, torch.Tensor]:
-        """Every state entry that is uploaded and aggregated (detached, on CPU)."""
-        return {k: v.detach().cpu() for k, v in self.state_dict().items() if not self.is_private(k)}
+        """Every state entry that is uploaded and aggregated (detached copies, on CPU).
+
+        Copies, never views: an upload must not change when the client trains on.
+        """
+        return {
+            k: v.detach().to("cpu", copy=True)
+            for k, v in self.state_dict().items()
+            if not self.is_private(k)
+        }
 
     def private_state(self) -> dict[str, torch.Tensor]:
-        """The entries that stay on the client (detached, on CPU)."""
-        return {k: v.detach().cpu() for k, v in self.state_dict().items() if self.is_private(k)}
+        """The entries that stay on the client (detached copies, on CPU)."""
+        return {
+            k: v.detach().to("cpu", copy=True)
+            for k, v in self.state_dict().items()
+            if self.is_private(k)
+        }
 
     def load_shared(self, arrays: Mapping[str, torch.Tensor]) -> None:
         """Load received global arrays into the shared entries; private ones are kept."""
-        self._load(arrays, self.shared_state().keys(), "global model")
+        self._load(arrays, self._keys(private=False), "global model")
 
     def load_private(self, arrays: Mapping[str, torch.Tensor]) -> None:
-        self._load(arrays, self.private_state().keys(), "client's private state")
+        self._load(arrays, self._keys(private=True), "client's private state")
+
+    def _keys(self, *, private: bool) -> list[str]:
+        return [k for k in self.state_dict() if self.is_private(k) == private]
 
     def _load(self, arrays: Mapping[str, torch.Tensor], expected, what: str) -> None:
         expected = set(expected)

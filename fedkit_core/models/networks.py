@@ -114,11 +114,16 @@ def load_state_file(path: str) -> dict[str, torch.Tensor]:
 
 
 def load_weights(module: nn.Module, path: str, *, strict: bool = False) -> None:
-    """Load matching entries of a checkpoint into ``module``; fail if nothing matches."""
+    """Load matching entries of a checkpoint into ``module``; fail if nothing matches.
+
+    ``strict`` also fails when an entry of the model is absent from the file, except
+    BatchNorm's ``num_batches_tracked`` counters, which many published checkpoints omit.
+    """
     state = load_state_file(path)
     own = module.state_dict()
     usable = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
-    if not usable or (strict and len(usable) != len(own)):
+    required = [k for k in own if not k.endswith("num_batches_tracked")]
+    if not usable or (strict and any(k not in usable for k in required)):
         raise FedkitError(
             f"{path} does not fit the model: {len(usable)} of {len(own)} entries match by name and shape"
         )

@@ -68,8 +68,11 @@ class TaskSpec:
     partitions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def resolve_path(self, path: str | None) -> str | None:
-        """``task.path`` if set, else the task's default folder under :func:`data_root`."""
-        if path or not self.needs_path or self.default_dir is None:
+        """``task.path`` if set (``~`` expanded), else the task's default folder under
+        :func:`data_root`."""
+        if path:
+            return str(Path(path).expanduser())
+        if not self.needs_path or self.default_dir is None:
             return path
         return str(data_root() / self.default_dir)
 
