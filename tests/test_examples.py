@@ -10,7 +10,9 @@ from fedkit_core import resolve_config
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.rglob("*.yaml")), ids=lambda p: str(p.relative_to(EXAMPLES)))
+@pytest.mark.parametrize(
+    "path", sorted(EXAMPLES.rglob("*.yaml")), ids=lambda p: str(p.relative_to(EXAMPLES))
+)
 def test_example_configs_resolve(path):
     config, _ = resolve_config(str(path))
     assert config["rounds"] >= 1
