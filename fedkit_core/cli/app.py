@@ -227,6 +227,7 @@ def plugins() -> None:
 @app.command()
 def tasks() -> None:
     """List the tasks, their expected task.path and whether their data is present."""
+    from rich.markup import escape
     from rich.table import Table
 
     from fedkit_core.tasks.registry import all_tasks
@@ -234,19 +235,20 @@ def tasks() -> None:
     table = Table(title="fedkit tasks", title_justify="left", expand=True)
     table.add_column("name", no_wrap=True)
     table.add_column("kind", no_wrap=True)
-    table.add_column("description", ratio=3, min_width=26)
-    table.add_column("task.path", ratio=1, min_width=14, overflow="fold")
+    table.add_column("description (and task.path)", ratio=1)
     table.add_column("data", no_wrap=True)
     home = str(Path.home())
     for spec in all_tasks().values():
         path = spec.resolve_path(None)
         presets = f" (partition.preset: {', '.join(spec.partitions)})" if spec.partitions else ""
-        shown = path.replace(home, "~", 1) if path else None
+        text = escape(spec.description + presets)
+        if spec.needs_path:
+            where = path.replace(home, "~", 1) if path else "set task.path"
+            text += f"\n[dim]{escape(where)}[/dim]"
         table.add_row(
             spec.name,
             "seg" if spec.kind == "segmentation" else "class",
-            spec.description + presets,
-            shown or ("-" if not spec.needs_path else "(set it)"),
+            text,
             spec.data_status(path),
         )
     console.print(table)

@@ -16,18 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-PROSTATE_SITES = ("BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL")
-OCT_C8 = ("AMD", "CNV", "CSR", "DME", "DR", "DRUSEN", "MH", "NORMAL")
-KVASIR_V2 = (
-    "dyed-lifted-polyps",
-    "dyed-resection-margins",
-    "esophagitis",
-    "normal-cecum",
-    "normal-pylorus",
-    "normal-z-line",
-    "polyps",
-    "ulcerative-colitis",
-)
+from fedkit_core.tasks import classfolders, prostate
+
+PROSTATE_SITES = prostate.SITES
+OCT_C8 = classfolders.OCT_C8.classes
+KVASIR_V2 = classfolders.KVASIR_V2.classes
 #: HyperKvasir's labeled-images tree: class -> its parent folders
 HYPERKVASIR = {
     "cecum": "lower-gi-tract/anatomical-landmarks",

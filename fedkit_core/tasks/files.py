@@ -38,13 +38,7 @@ def layout_error(task: str, root: Path | str, problem: str) -> FedkitError:
     """A FedkitError naming the problem, where fedkit looked, the task's layout and source."""
     from fedkit_core.tasks.registry import get_task
 
-    spec = get_task(task)
-    lines = [f"task {task!r}: {problem} (looked in {root})"]
-    if spec.layout:
-        lines.append(f"Expected layout: {spec.layout}")
-    if spec.source:
-        lines.append(f"The data is published at: {spec.source}")
-    return FedkitError("\n".join(lines))
+    return get_task(task).data_error(f"{problem} (looked in {root})")
 
 
 def is_image(path: Path) -> bool:

@@ -112,7 +112,11 @@ class TaskSpec:
             what = f"task.path={path} holds no data in the expected layout"
         else:
             what = f"task.path={path} does not exist"
-        lines = [f"task {self.name!r}: {what}."]
+        return self.data_error(what + ".")
+
+    def data_error(self, problem: str) -> FedkitError:
+        """A FedkitError stating ``problem``, then the expected layout and where to get the data."""
+        lines = [f"task {self.name!r}: {problem}"]
         if self.layout:
             lines.append(f"Expected layout: {self.layout}")
         if self.source:

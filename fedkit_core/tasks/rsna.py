@@ -80,10 +80,15 @@ def load(config: Config) -> TaskData:
     return attach(data, opts["augment"])
 
 
+def _under(root: Path, given: str) -> Path:
+    """A user-given path: ``~`` expanded, relative ones taken under the data set's root."""
+    path = Path(given).expanduser()
+    return path if path.is_absolute() else root / path
+
+
 def _label_file(root: Path, given: str | None) -> Path:
     if given:
-        path = Path(given).expanduser()
-        path = path if path.is_absolute() else root / path
+        path = _under(root, given)
         if not path.is_file():
             raise files.layout_error(NAME, root, f"task.labels={given} is not a file")
         return path
@@ -147,8 +152,7 @@ def _index(folder: Path) -> dict[str, Path]:
 
 def _image_folder(root: Path, given: str | None, labels: dict[str, int]) -> Path:
     if given:
-        folder = Path(given).expanduser()
-        folder = folder if folder.is_absolute() else root / folder
+        folder = _under(root, given)
         if not folder.is_dir():
             raise files.layout_error(NAME, root, f"task.images={given} is not a folder")
         return folder

@@ -30,8 +30,14 @@ def test_fedkit_tasks_lists_every_task_and_its_data(tmp_path, monkeypatch):
     monkeypatch.setattr(cli.console, "width", 250)  # one table row per line
     result = CliRunner().invoke(cli.app, ["tasks"])
     assert result.exit_code == 0, result.output
-    lines = [line for line in result.output.splitlines() if "│" in line]
-    rows = {line.split("│")[1].strip(): line for line in lines}
+    rows: dict[str, str] = {}  # task name -> its row's lines joined (path under description)
+    for line in (line for line in result.output.splitlines() if "│" in line):
+        name = line.split("│")[1].strip()
+        if name:
+            current = name
+            rows[name] = line
+        else:
+            rows[current] += line
     for name in ("synthetic", "npz", "npz-seg", *ZOO):
         assert name in rows, name
     assert "found" in rows["rif"] and str(tmp_path / "rif") in rows["rif"]
