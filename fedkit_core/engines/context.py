@@ -113,7 +113,7 @@ class ClientContext:
             if (drop_last and len(index) < size) or (augment and len(index) == 1 and n > 1):
                 break
             x = self.data.normalizer(data.images[index].to(self.device, non_blocking=True))
-            y = data.targets[index].to(self.device, non_blocking=True)
+            y = data.targets[index].to(self.device, non_blocking=True).long()
             if augment and self.data.augment is not None:
                 x, y = self.data.augment(x, y, self.rng)
             yield Batch(x, y, index)

@@ -19,12 +19,22 @@ SEGMENTATION = "segmentation"
 SPLITS = ("train", "val", "test")
 
 
+def compact_targets(targets: torch.Tensor) -> torch.Tensor:
+    """Class labels as int64; label masks as uint8 when every label lies in 0..255."""
+    targets = targets.contiguous()
+    if targets.dim() <= 1:
+        return targets.long()
+    fits = targets.numel() and int(targets.min()) >= 0 and int(targets.max()) < 256
+    return targets.to(torch.uint8) if fits else targets
+
+
 @dataclass
 class Split:
     """Images and targets of one split, in memory.
 
     ``images``: (N, C, H, W) or (N, C, D, H, W), uint8 (0-255) or float (already scaled).
-    ``targets``: (N,) class labels, or (N, H, W) / (N, D, H, W) label masks; int64.
+    ``targets``: (N,) class labels, int64, or (N, H, W) / (N, D, H, W) label masks, stored
+    as uint8 when their labels fit (8x less memory); batches hand out int64 either way.
     """
 
     images: torch.Tensor
@@ -37,6 +47,10 @@ class Split:
         # return) routes every later operation through Python and slows training severalfold
         self.images = self.images.as_subclass(torch.Tensor)
         self.targets = self.targets.as_subclass(torch.Tensor)
+        # one memory layout whatever the loader produced (decoded HWC images are channels-last
+        # views): convolutions then compute the same numbers from a fresh load and from the cache
+        self.images = self.images.contiguous()
+        self.targets = compact_targets(self.targets)
 
     def __len__(self) -> int:
         return len(self.images)

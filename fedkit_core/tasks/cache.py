@@ -31,7 +31,7 @@ from fedkit_core.tasks.loading import fit_normalizer
 
 CACHE_ENV = "FEDKIT_CACHE"
 DATA_CACHE_DIR = ".fedkit-cache"
-FORMAT = 1
+FORMAT = 2
 
 #: the ``task.cache`` option every file-based task declares
 CACHE_OPTION = Option("cache", bool, True, "cache the decoded, resized arrays for faster reruns")
@@ -110,10 +110,7 @@ def _read(entry: Path) -> TaskData | None:
         saved = torch.load(entry, map_location="cpu", weights_only=True, mmap=True)
         meta = json.loads(saved["meta"])
         sites = {
-            site: {
-                split: Split(arrays["images"], arrays["targets"].long())
-                for split, arrays in s.items()
-            }
+            site: {split: Split(arrays["images"], arrays["targets"]) for split, arrays in s.items()}
             for site, s in saved["sites"].items()
         }
     except Exception as err:  # a damaged entry is rebuilt, never fatal
@@ -129,12 +126,6 @@ def _read(entry: Path) -> TaskData | None:
     )
 
 
-def _compact(targets: torch.Tensor) -> torch.Tensor:
-    """Labels as uint8 when they fit (a segmentation mask is 8x smaller than as int64)."""
-    fits = len(targets) == 0 or (int(targets.min()) >= 0 and int(targets.max()) < 256)
-    return (targets.to(torch.uint8) if fits else targets).contiguous()
-
-
 def _write(name: str, root: Path, data: TaskData) -> None:
     meta = {
         "kind": data.kind,
@@ -148,7 +139,7 @@ def _write(name: str, root: Path, data: TaskData) -> None:
         "meta": json.dumps(meta),
         "sites": {
             site: {
-                split: {"images": s.images.contiguous(), "targets": _compact(s.targets)}
+                split: {"images": s.images.contiguous(), "targets": s.targets}
                 for split, s in splits.items()
             }
             for site, splits in data.sites.items()

@@ -85,13 +85,25 @@ def _resize_images(images: torch.Tensor, size: int, chunk: int = 512) -> torch.T
     return torch.cat(out) if out else images
 
 
-def fit_normalizer(data: TaskData, max_images: int = 2048) -> Normalizer:
-    """Per-channel mean and std of (up to ``max_images``) pooled training images."""
+def fit_normalizer(data: TaskData, max_images: int = 2048, chunk: int = 64) -> Normalizer:
+    """Per-channel mean and std of (up to ``max_images``) pooled training images.
+
+    Summed in float64, a chunk at a time: no float copy of the whole set, and the same
+    statistics whatever the images' memory layout.
+    """
     train = data.pooled("train")
-    x = train.images[:: max(1, len(train) // max_images)].float()
-    if train.images.dtype == torch.uint8:
-        x = x / 255.0
-    dims = [0] + list(range(2, x.dim()))
-    mean = x.mean(dim=dims)
-    std = x.std(dim=dims).clamp_min(1e-6)
+    images = train.images[:: max(1, len(train) // max_images)]
+    scale = 255.0 if images.dtype == torch.uint8 else 1.0
+    channels = images.shape[1]
+    total = torch.zeros(channels, dtype=torch.float64)
+    squares = torch.zeros(channels, dtype=torch.float64)
+    count = 0
+    for part in images.split(chunk):
+        x = part.to(torch.float64).transpose(0, 1).reshape(channels, -1) / scale
+        total += x.sum(dim=1)
+        squares += (x * x).sum(dim=1)
+        count += x.shape[1]
+    mean = total / count
+    var = (squares - count * mean * mean) / max(count - 1, 1)
+    std = var.clamp_min(0).sqrt().clamp_min(1e-6)
     return Normalizer(tuple(mean.tolist()), tuple(std.tolist()))

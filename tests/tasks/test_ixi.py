@@ -15,7 +15,7 @@ def test_centres_splits_shapes_and_zscore(tmp_path, load):
     assert {k: len(v) for k, v in data.sites["Guys"].items()} == {"train": 3, "test": 1}
     train = data.sites["Guys"]["train"]
     assert train.images.shape == (3, 1, 8, 10, 8) and train.images.dtype == torch.float32
-    assert train.targets.shape == (3, 8, 10, 8) and train.targets.dtype == torch.int64
+    assert train.targets.shape == (3, 8, 10, 8) and train.targets.dtype == torch.uint8
     volume = train.images[0]
     assert abs(float(volume.mean())) < 1e-4 and abs(float(volume.std()) - 1) < 0.05
     brain = train.targets[0].bool()

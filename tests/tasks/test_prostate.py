@@ -34,7 +34,7 @@ def test_augment_flips_image_and_mask_together(tmp_path, load):
     fakes.prostate_slices(tmp_path, sites=["BIDMC"], counts={"train": 4})
     data = load("prostate", tmp_path, image_size=16, augment=True)
     train = data.sites["BIDMC"]["train"]
-    x, y = train.images.float(), train.targets
+    x, y = train.images.float(), train.targets.long()  # as client batches hand them out
     rng = torch.Generator().manual_seed(0)
     ax, ay = data.augment(x, y, rng)
     assert ax.shape == x.shape and ay.dtype == torch.int64 and type(ax) is torch.Tensor
