@@ -242,9 +242,8 @@ def tasks() -> None:
         path = spec.resolve_path(None)
         presets = f" (partition.preset: {', '.join(spec.partitions)})" if spec.partitions else ""
         text = escape(spec.description + presets)
-        if spec.needs_path:
-            where = path.replace(home, "~", 1) if path else "set task.path"
-            text += f"\n[dim]{escape(where)}[/dim]"
+        if path:
+            text += f"\n[dim]{escape(path.replace(home, '~', 1))}[/dim]"
         table.add_row(
             spec.name,
             "seg" if spec.kind == "segmentation" else "class",
