@@ -193,5 +193,10 @@ def test_plugins_tasks_data_and_report_commands(tmp_path, tiny_yaml, capsys):
     assert "site0" in capsys.readouterr().out and (tmp_path / "p.png").is_file()
     run_dir = tmp_path / "r"
     assert main(["run", "--config", str(tiny_yaml), "--out", str(run_dir), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["report", str(run_dir)]) == 0  # one run: per-client table and summary
+    out = capsys.readouterr().out
+    assert "site0" in out and "fairness (bacc)" in out and "status complete" in out
     assert main(["report", str(run_dir), str(run_dir), "--out", str(tmp_path / "rep.png")]) == 0
     assert (tmp_path / "rep.png").is_file()
+    assert capsys.readouterr().out.count("fedavg") == 2  # a row per run

@@ -52,31 +52,13 @@ def _layers(
 
 
 def _finish(results: dict[str, Any], out: Path, quiet: bool) -> None:
-    from fedkit_core.cli.display import results_table
+    from fedkit_core.cli.display import print_run
 
     if quiet:
         console.print(str(out))
         return
-    final = results["final"]
-    main = results["task"]["main_metric"]
-    console.print(results_table(results, f"final metrics (round {final['round']})"))
-    fair, best = final.get("fairness", {}), final.get("best", {})
-    if fair:
-        console.print(
-            f"fairness ({main}): std {fair['std']:.4f}, worst {fair['worst']:.4f} "
-            f"(client {fair['worst_client']})"
-        )
-    if best:
-        console.print(
-            f"best round on validation: {best['round']} "
-            f"(test {main} {best['global'].get(main, float('nan')):.4f})"
-        )
-    for event in results.get("events", []):
-        console.print(
-            f"[yellow]round {event['round']}: client {event['client']} failed in "
-            f"{event['phase']}: {event['error']}"
-        )
-    console.print(f"wall time {final['wall_seconds']:.1f} s; results in [bold]{out}[/]")
+    print_run(console, results)
+    console.print(f"results in [bold]{out}[/]")
 
 
 def _progress(quiet: bool, title: str = ""):
@@ -195,11 +177,15 @@ def report(
     ),
 ) -> None:
     """Re-plot and summarise one or several runs."""
-    from fedkit_core.cli.display import rows_table
+    from fedkit_core.cli.display import print_run, rows_table
     from fedkit_core.results.report import report as make_report
+    from fedkit_core.results.schema import Results
 
     rows, plots = make_report(run_dirs, out)
-    console.print(rows_table(rows))
+    if len(run_dirs) == 1:  # one run: its per-client table and summary
+        print_run(console, Results.load(run_dirs[0]))
+    else:
+        console.print(rows_table(rows, "final round; clients: mean of the clients' test sets"))
     for path in plots:
         console.print(f"plot: {path}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -73,30 +74,60 @@ class RichProgress(Observer):
         self.progress.update(self.rounds, advance=1, metrics=text)
 
 
+#: shorter column headings for the console (results.json keeps the full names)
+_SHORT = {"f1_macro": "f1", "head_acc": "head", "medium_acc": "medium", "tail_acc": "tail"}
+
+
 def results_table(results: Mapping[str, Any], title: str) -> Table:
-    """Final metrics of a run: global, clients mean and each client, plus fairness."""
+    """Final metrics of a run: global, clients mean and each client."""
     final = results["final"]
     metrics = list(final.get("global", {}))
-    table = Table(title=title, title_justify="left")
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
     table.add_column("scope")
     for m in metrics:
-        table.add_column(m, justify="right")
+        table.add_column(_SHORT.get(m, m), justify="right")
     rows = [
         ("global (pooled test)", final.get("global", {})),
         ("clients mean", final.get("clients_mean", {})),
     ]
-    rows += [(f"client {cid}", m) for cid, m in final.get("clients", {}).items()]
+    rows += [(f"  {cid}", m) for cid, m in final.get("clients", {}).items()]
     for name, values in rows:
         table.add_row(name, *(_fmt(values.get(m)) for m in metrics))
     return table
 
 
-def rows_table(rows: Sequence[Mapping[str, Any]], title: str = "") -> Table:
-    table = Table(title=title or None, title_justify="left")
-    for column in rows[0]:
-        table.add_column(
-            str(column), justify="left" if column in ("run", "status", "name") else "right"
+def print_run(console: Console, results: Mapping[str, Any]) -> None:
+    """A finished (or interrupted) run: its table, fairness, best round, failures, time."""
+    final = results["final"]
+    main = results["task"]["main_metric"]
+    console.print(results_table(results, f"final metrics (round {final['round']})"))
+    fair, best = final.get("fairness", {}), final.get("best", {})
+    if fair:
+        console.print(
+            f"fairness ({main}): std {fair['std']:.4f}, worst {fair['worst']:.4f} "
+            f"(client {fair['worst_client']})"
         )
+    if best:
+        console.print(
+            f"best round on validation: {best['round']} "
+            f"(test {main} {best['global'].get(main, float('nan')):.4f})"
+        )
+    for event in results.get("events", []):
+        console.print(
+            f"[yellow]round {event['round']}: client {event['client']} failed in "
+            f"{event['phase']}: {event['error']}"
+        )
+    console.print(f"status {results['status']}; wall time {final['wall_seconds']:.1f} s")
+
+
+def rows_table(rows: Sequence[Mapping[str, Any]], title: str = "") -> Table:
+    """One row per mapping; text columns wrap, numbers never do."""
+    table = Table(
+        title=title or None, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0)
+    )
+    for column in rows[0]:
+        text = column in ("run", "status", "name")
+        table.add_column(str(column), justify="left" if text else "right", no_wrap=not text)
     for row in rows:
         table.add_row(*(_fmt(v) for v in row.values()))
     return table

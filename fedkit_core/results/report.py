@@ -11,22 +11,24 @@ from fedkit_core.results.schema import Results
 
 
 def summary_row(results: Results) -> dict[str, Any]:
-    """The headline numbers of one run."""
+    """The headline numbers of one run: the main metric of the final global model (pooled
+    test) and its mean, std and worst value across clients, the round best on validation
+    and the global test value there."""
     main = results.main_metric
     final = results.final
     fair = final.get("fairness", {})
     best = final.get("best", {})
+    status = "" if results["status"] == "complete" else f" ({results['status']})"
     return {
-        "run": _title(results),
-        "status": results["status"],
+        "run": _title(results) + status,
         "rounds": final.get("round"),
-        f"global {main}": final.get("global", {}).get(main),
-        f"clients mean {main}": final.get("clients_mean", {}).get(main),
-        "fairness std": fair.get("std"),
-        "worst client": fair.get("worst"),
-        "best round (val)": best.get("round"),
-        f"best {main}": best.get("global", {}).get(main),
-        "wall s": final.get("wall_seconds"),
+        main: final.get("global", {}).get(main),
+        "clients": final.get("clients_mean", {}).get(main),
+        "std": fair.get("std"),
+        "worst": fair.get("worst"),
+        "best rd": best.get("round"),
+        "at best": best.get("global", {}).get(main),
+        "wall s": None if final.get("wall_seconds") is None else round(final["wall_seconds"]),
     }
 
 
