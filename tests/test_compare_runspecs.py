@@ -16,3 +16,24 @@ def test_plugin_keys_of_the_shared_config_and_sets_reach_only_runspecs_using_the
     both = compare.runspec_layers("meth+other", [shared], sets)
     assert both[0] == shared and both[1] == {"plugins": ["meth", "other"]}
     assert both[2] == sets
+
+
+def test_console_rows_put_runspecs_side_by_side():
+    entry = {"mean": 0.5, "std": 0.25, "per_seed": [0.25, 0.75]}
+    table = {
+        "fedavg": {
+            "final.global.bacc": entry,
+            "final.fairness.std": entry,
+            "best.global.bacc": entry,
+        },
+        "fca": {"final.global.bacc": entry, "final.fairness.std": entry, "best.global.bacc": entry},
+    }
+    rows = compare.Comparison(table, "bacc", [0, 1]).rows()
+    assert [r["metric"] for r in rows] == [
+        "global bacc",
+        "fairness std",
+        "global bacc, best val round",
+    ]
+    assert rows[0]["fedavg"] == rows[0]["fca"] == "0.5000 ± 0.2500"
+    assert compare.metric_label("final.clients_mean.dice") == "clients mean dice"
+    assert compare.metric_label("final.summary.fca.gs_bacc") == "fca.gs_bacc"

@@ -137,6 +137,7 @@ def compare(
 ) -> None:
     """Run several methods on the same task, partition and seeds; tabulate mean ± std."""
     from fedkit_core import api
+    from fedkit_core.cli.display import rows_table
     from fedkit_core.errors import FedkitError
     from fedkit_core.results import compare as cmp
     from fedkit_core.results.store import RunDir
@@ -161,11 +162,13 @@ def compare(
                 return api.resume(path, observer=progress)
             return api.run(layers, out=path, observer=progress)
 
-    table = cmp.compare(runspecs, seeds=seed_list, out=out, base=base, sets=sets, run_one=run_one)
+    found = cmp.compare(runspecs, seeds=seed_list, out=out, base=base, sets=sets, run_one=run_one)
     if not quiet:
-        console.print((out / "compare.md").read_text())
+        seeds_text = ", ".join(map(str, found.seeds))
+        console.print(rows_table(found.rows(), f"mean ± std over seeds {seeds_text}, last round"))
     console.print(
-        f"comparison of {len(table)} runspecs in [bold]{out}[/] (compare.json, compare.md, compare.png)"
+        f"comparison of {len(found.table)} runspecs in [bold]{out}[/] "
+        "(compare.json, compare.md to paste, compare.png)"
     )
 
 

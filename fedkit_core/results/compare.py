@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,35 @@ def _columns(table: Mapping[str, Mapping[str, Any]], main: str) -> list[str]:
     return [c for c in dict.fromkeys(wanted) if all(c in row for row in table.values())]
 
 
+def metric_label(path: str) -> str:
+    """``final.clients_mean.bacc`` -> ``clients mean bacc`` (for people, not files)."""
+    kind, scope, name = path.split(".", 2)
+    scope = {"summary": "", "clients_mean": "clients mean", "fairness": "fairness"}.get(
+        scope, scope
+    )
+    label = f"{scope} {name}".strip()
+    return f"{label}, best val round" if kind == "best" else label
+
+
+@dataclass
+class Comparison:
+    """What ``compare`` found: the ``compare.json`` table, the main metric and the seeds."""
+
+    table: dict[str, dict[str, dict[str, Any]]]
+    main: str
+    seeds: list[int]
+
+    def rows(self) -> list[dict[str, str]]:
+        """One row per compared number, one column per runspec (mean ± std), for a console."""
+        return [
+            {
+                "metric": metric_label(c),
+                **{s: f"{r[c]['mean']:.4f} ± {r[c]['std']:.4f}" for s, r in self.table.items()},
+            }
+            for c in _columns(self.table, self.main)
+        ]
+
+
 def markdown(table: Mapping[str, Mapping[str, Any]], main: str, seeds: Sequence[int]) -> str:
     cols = _columns(table, main)
     lines = [
@@ -162,7 +192,7 @@ def compare(
     base: Sequence[Mapping[str, Any]] = (),
     sets: Mapping[str, Any] | None = None,
     run_one: Callable[[list[Mapping[str, Any]], Path, str, int], Results] | None = None,
-) -> dict[str, Any]:
+) -> Comparison:
     """Run every runspec for every seed (reusing finished runs) and summarise.
 
     ``base``: config layers shared by all runs (a YAML file, task flags); ``sets``: ``--set``
@@ -192,4 +222,4 @@ def compare(
     write_json(out / "compare.json", table)
     write_text(out / "compare.md", markdown(table, main, seeds))
     plot(table, main, out / "compare.png")
-    return table
+    return Comparison(table, main, list(seeds))
