@@ -40,3 +40,21 @@ def test_normalizer_statistics_match_numpy_for_any_layout():
     assert norm == stats(hwc.permute(0, 3, 1, 2).contiguous())
     assert np.allclose(norm.mean, expected.mean(axis=(0, 1, 2)))
     assert np.allclose(norm.std, expected.std(axis=(0, 1, 2), ddof=1))
+
+
+def test_normalizer_samples_the_sites_as_if_pooled():
+    from fedkit_core.tasks.base import TaskData
+    from fedkit_core.tasks.loading import fit_normalizer
+
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randint(0, 255, (7, 2, 4, 4), dtype=torch.uint8, generator=gen)
+    b = torch.randint(0, 255, (6, 2, 4, 4), dtype=torch.uint8, generator=gen)
+
+    def split(x):
+        return {"train": Split(x, torch.zeros(len(x), dtype=torch.long))}
+
+    data = TaskData("classification", ["a"], {"a": split(a), "b": split(b)})
+    norm = fit_normalizer(data, max_images=4)  # every 3rd image of the 13
+    expected = torch.cat([a, b])[::3].double().div(255).transpose(0, 1).reshape(2, -1)
+    assert np.allclose(norm.mean, expected.mean(dim=1).numpy())
+    assert np.allclose(norm.std, expected.std(dim=1).numpy())

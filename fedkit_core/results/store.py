@@ -14,6 +14,17 @@ import yaml
 from fedkit_core.errors import FedkitError
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+#: permission bits of written files: 0666 less the umask, as open() would give (mkstemp's
+#: temporary file is 0600, which would hide shared caches and results from colleagues)
+_MODE = 0o666 & ~_umask()
+
+
 def _atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -22,6 +33,7 @@ def _atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, _MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -31,7 +31,7 @@ from fedkit_core.tasks.loading import fit_normalizer
 
 CACHE_ENV = "FEDKIT_CACHE"
 DATA_CACHE_DIR = ".fedkit-cache"
-FORMAT = 2
+FORMAT = 3
 
 #: the ``task.cache`` option every file-based task declares
 CACHE_OPTION = Option("cache", bool, True, "cache the decoded, resized arrays for faster reruns")
@@ -150,6 +150,7 @@ def _write(name: str, root: Path, data: TaskData) -> None:
         try:
             write_torch(folder / name, payload)
             return
-        except OSError as err:  # read-only data folder: fall back to the user cache
-            errors.append(f"{folder}: {err.strerror or err}")
+        except (OSError, RuntimeError) as err:  # read-only folder, full disk (torch raises
+            # RuntimeError there): fall back to the user cache, else run without caching
+            errors.append(f"{folder}: {getattr(err, 'strerror', None) or err}")
     warn(f"could not write the task cache ({'; '.join(errors)}); the next run decodes again")

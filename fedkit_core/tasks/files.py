@@ -112,7 +112,7 @@ def read_mask(path: Path, size: int | None) -> np.ndarray:
 
     with Image.open(path) as im:
         im = _to_8bit(im)
-        if im.mode not in ("L", "P"):
+        if im.mode != "L":  # a palette mask too: its colours' grey values, not its indices
             im = im.convert("L")
         if size:
             im = _fit(im, size, "stretch", Image.Resampling.NEAREST)

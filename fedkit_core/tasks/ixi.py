@@ -38,7 +38,8 @@ def load(config: Config) -> TaskData:
     base = files.find_dir(root, lambda d: bool(_subjects(d)))
     if base is None:
         raise files.layout_error(NAME, root, "found no IXI<ID>-<centre>-<n>/T1 subject folders")
-    split_of = _read_metadata(_metadata_path(root, base, opts["metadata"]))
+    metadata = _metadata_path(root, base, opts["metadata"])
+    split_of = _read_metadata(metadata)
     shape = tuple(opts["shape"])
     cases, lone = [], []
     for subject in _subjects(base):
@@ -54,7 +55,7 @@ def load(config: Config) -> TaskData:
         files.warn(f"ixi: skipped subjects without a T1 image, a label or a metadata row: {lone}")
     if not cases:
         raise files.layout_error(NAME, root, "no subject has a T1 image, a label and a split")
-    inputs = [p for case in cases for p in case[2:]]
+    inputs = [metadata, *(p for case in cases for p in case[2:])]  # the splits come from it
 
     def build() -> TaskData:
         volumes = files.parallel_map(lambda case: _volume(case[2], case[3], shape), cases)

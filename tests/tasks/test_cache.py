@@ -107,3 +107,25 @@ def test_user_cache_dir_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cache.user_cache_dir() == tmp_path / "xdg" / "fedkit"
     assert os.fspath(cache.cache_dirs(tmp_path)[-1]).endswith("fedkit/tasks")
+
+
+def test_a_failing_cache_write_warns_and_the_run_goes_on(data_dir, monkeypatch):
+    def full_disk(path, obj):  # what torch.save raises when the disk fills up
+        raise RuntimeError("[enforce fail at inline_container.cc] . unexpected pos 64")
+
+    monkeypatch.setattr(cache, "write_torch", full_disk)
+    build, calls = counting_build()
+    with pytest.warns(DataWarning, match="could not write the task cache"):
+        data = cache.cached("t", 1, data_dir, [data_dir / "x.png"], {}, build)
+    assert len(data.sites["s1"]["train"]) == 2
+
+
+def test_cache_entries_are_readable_by_the_group(data_dir):
+    build, _ = counting_build()
+    old = os.umask(0o022)
+    try:
+        cache.cached("t", 1, data_dir, [data_dir / "x.png"], {}, build)
+    finally:
+        os.umask(old)
+    (entry,) = (data_dir / cache.DATA_CACHE_DIR).glob("t-*.pt")
+    assert entry.stat().st_mode & 0o044 == 0o044

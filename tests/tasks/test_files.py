@@ -98,3 +98,14 @@ def test_find_dir_descends_to_the_layout(tmp_path):
     found = files.find_dir(tmp_path, lambda d: (d / "train").is_dir())
     assert found == tmp_path / "unpacked" / "chest_xray"
     assert files.find_dir(tmp_path, lambda d: False) is None
+
+
+def test_read_mask_reads_a_palette_mask_by_its_grey_values(tmp_path):
+    from PIL import Image
+
+    indices = np.array([[0, 1], [2, 1]], dtype=np.uint8)
+    palette = Image.fromarray(indices, mode="P")
+    palette.putpalette([0, 0, 0, 128, 128, 128, 255, 255, 255])  # index 1 is grey 128
+    palette.save(tmp_path / "p.png")
+    grey = np.array([[0, 128], [255, 128]], dtype=np.uint8)
+    assert np.array_equal(files.read_mask(tmp_path / "p.png", None), grey)

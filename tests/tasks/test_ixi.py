@@ -23,6 +23,16 @@ def test_centres_splits_shapes_and_zscore(tmp_path, load):
     assert data.normalizer.mean == (0.0,) and data.normalizer.std == (1.0,)
 
 
+def test_an_edited_metadata_file_is_not_served_from_the_cache(tmp_path, load):
+    fakes.ixi(tmp_path, subjects={"Guys": (3, 1)})
+    assert len(load("ixi", tmp_path, shape=[8, 10, 8]).sites["Guys"]["train"]) == 3
+    csv = tmp_path / "metadata_tiny.csv"
+    csv.write_text(
+        csv.read_text().replace("train", "x").replace("test", "train").replace("x", "test")
+    )
+    assert len(load("ixi", tmp_path, shape=[8, 10, 8]).sites["Guys"]["train"]) == 1
+
+
 def test_missing_metadata_says_where_to_get_it(tmp_path, load):
     fakes.ixi(tmp_path)
     (tmp_path / "metadata_tiny.csv").unlink()
