@@ -30,7 +30,6 @@ from fedkit_fed_lwr.weights import DEFAULT_CLIP, client_weights, layer_weights, 
 NAME = "fed-lwr"
 QUERY = "fed-lwr.cka"
 PREFIX = QUERY + "."
-SAMPLES = "fed-lwr.samples"
 log = logging.getLogger("fedkit.fed-lwr")
 
 
@@ -238,7 +237,7 @@ def fedkit_answer_query(
     model = client.model
     split = opts["split"]
     if len(client.data[split]) == 0:
-        return Reply(scalars={SAMPLES: 0})
+        return Reply(scalars={})  # no CKA: the server falls back to uniform weights
     shared = [key for key in model.state_dict() if not model.is_private(key)]
     if set(arrays) != set(shared):
         raise FedkitError(
@@ -263,7 +262,8 @@ def fedkit_answer_query(
         block=block,
         estimator=opts["estimator"],
     )
-    return Reply(scalars={SAMPLES: used, **{PREFIX + name: v for name, v in values.items()}})
+    log.debug("client %s: CKA of %d layers on %d %s samples", client.id, len(values), used, split)
+    return Reply(scalars={PREFIX + name: v for name, v in values.items()})  # only the CKA
 
 
 def _inputs(

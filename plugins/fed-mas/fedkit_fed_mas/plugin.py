@@ -11,6 +11,7 @@ shared entry with weights ``RF_c / sum RF`` in :func:`fedkit_aggregate`. With
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import torch
@@ -19,6 +20,7 @@ from torch import nn
 import fedkit_core.builtins.losses as builtin_losses
 from fedkit_core import FedkitError, Option, hookimpl
 from fedkit_core.aggregation import weighted_average
+from fedkit_core.engines.context import derive_seed
 from fedkit_core.priors import check_source, encoder_feature_dim, frozen_encoder
 from fedkit_core.tasks.base import CLASSIFICATION
 from fedkit_fed_mas.mas import add_per_class, prior_distance, projector, rescue_factor
@@ -32,6 +34,10 @@ PROJECTOR = "fed-mas-projector"  # model extra, fed with the backbone's features
 AUX = "fed-mas-aux"  # model extra, fed with the projection by this plugin
 RF = "fed-mas.rf"
 RANDOM = "random"
+log = logging.getLogger("fedkit.fed-mas")
+#: core settings of the paper's training (methods.md): BSM on both heads, clipping at 5,
+#: Adam's state kept per client; fedkit's defaults differ, so a plain run is warned
+PAPER_TRAINING = {"loss": "bsm", "grad_clip": 5.0, "keep_optimizer_state": True}
 
 
 @hookimpl
@@ -95,6 +101,14 @@ def fedkit_check(task, config):
         check_source(opts["prior"])
     except FedkitError as err:
         problems.append(f"fed-mas.prior: {err}")
+    differing = {k: config[k] for k, v in PAPER_TRAINING.items() if config[k] != v}
+    if differing and not problems:
+        log.warning(
+            "fed-mas: %s differ from the paper's training (%s); examples/fed-mas/offline.yaml "
+            "sets the paper's values",
+            ", ".join(f"{k}={v}" for k, v in differing.items()),
+            ", ".join(f"{k}={v}" for k, v in PAPER_TRAINING.items()),
+        )
     return problems or None
 
 
@@ -102,9 +116,11 @@ def fedkit_check(task, config):
 def fedkit_client_priors(client):
     opts = client.options(NAME)
     weights = None if opts["prior_weights"] == RANDOM else opts["prior_weights"]
-    encoder = frozen_encoder(
-        opts["prior"], weights, image_size=opts["prior_image_size"], prefix=opts["prior_prefix"]
-    )
+    with torch.random.fork_rng(devices=[]):  # a random prior: the same on every client
+        torch.manual_seed(derive_seed(client.config["seed"], "fed-mas.prior"))
+        encoder = frozen_encoder(
+            opts["prior"], weights, image_size=opts["prior_image_size"], prefix=opts["prior_prefix"]
+        )
     priors = {ENCODER: encoder.to(client.device)}
     if opts["cache_prior"] and client.data.augment is None:
         priors[CACHE] = FeatureCache(len(client.data["train"]), encoder.feature_dim, client.device)

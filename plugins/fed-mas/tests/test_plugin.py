@@ -169,6 +169,31 @@ def test_the_prior_stays_frozen_through_training():
     assert any(k.startswith(f"extras.{PROJECTOR}") for k in changed)  # the projector did train
 
 
+def test_a_random_prior_is_the_same_on_every_client():
+    """The prior must agree across clients and setups, whatever the RNG state before."""
+    first, _ = hand_client()
+    torch.manual_seed(123)  # a different global RNG state before the second client's setup
+    torch.rand(7)
+    second, _ = hand_client()
+    a, b = first.ctx.priors[ENCODER].state_dict(), second.ctx.priors[ENCODER].state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_training_settings_other_than_the_papers_are_warned(caplog):
+    task = TaskInfo("t", CLASSIFICATION, ["a", "b"], 3, (8, 8))
+    plain = tiny(**{"fed-mas": {"prior_weights": "random"}})  # fedkit's defaults
+    config, _ = resolve_config(plain, plugins={"fed-mas": plugin})
+    with caplog.at_level("WARNING", logger="fedkit.fed-mas"):
+        assert plugin.fedkit_check(task=task, config=config) is None  # a warning, not a refusal
+    assert "loss=ce" in caplog.text and "grad_clip=None" in caplog.text
+    caplog.clear()
+    paper = {**fed_mas_config(), "grad_clip": 5.0, "keep_optimizer_state": True}
+    config, _ = resolve_config(paper, plugins={"fed-mas": plugin})
+    with caplog.at_level("WARNING", logger="fedkit.fed-mas"):
+        plugin.fedkit_check(task=task, config=config)
+    assert caplog.text == ""
+
+
 @pytest.mark.realdata
 def test_the_real_prior_is_loaded_once_per_client_and_never_changes():
     path = shared_data("weights", "cifar10_resnet", "resnet20-12fca82f.th")
