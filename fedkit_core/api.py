@@ -88,14 +88,23 @@ def resolve_config(
 
 
 def pick_device(name: str) -> torch.device:
+    """The torch device for ``device=name`` (``auto``: the GPU when there is one).
+
+    On a GPU, cuDNN is set to deterministic algorithms, in every engine's server and clients
+    alike, so that a seed gives the same run.
+    """
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as err:
-        raise FedkitError(f"device={name!r} is not a torch device: {err}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise FedkitError("device=cuda was asked for but no CUDA GPU is available")
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        try:
+            device = torch.device(name)
+        except RuntimeError as err:
+            raise FedkitError(f"device={name!r} is not a torch device: {err}") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise FedkitError("device=cuda was asked for but no CUDA GPU is available")
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
     return device
 
 
@@ -213,9 +222,6 @@ def _execute(
         return get_engine(cfg["engine"]).execute(cfg, plugin_set, run_dir, observer)
     started = time.perf_counter()
     fed = prepare(cfg, plugin_set)
-    if fed.device.type == "cuda":
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.deterministic = True
     observer = observer or Observer()
     server = Server(cfg, plugin_set, fed.task, fed.device, observer)
     clients = {

@@ -216,23 +216,26 @@ class FakeGrid:
         from flwr.app import Message as FlowerMessage
 
         replies = []
-        for message in messages:
+        for number, message in enumerate(messages):
+            message.metadata.__dict__["_message_id"] = f"m{number}"  # as Flower's push does
             what = self.behaviour[message.metadata.dst_node_id]
             if what == "ok":
                 echo = from_records(message.content, "fit")
                 reply = FlowerMessage(to_records(echo), reply_to=message)
-            elif what == "error":
+                source = message.metadata.dst_node_id
+            elif what == "error":  # Flower's own error reply: it comes from the SuperLink
                 reply = FlowerMessage(Error(code=5, reason="node unavailable"), reply_to=message)
+                source = 1
             else:
                 continue
-            reply.metadata.__dict__["_src_node_id"] = message.metadata.dst_node_id
+            reply.metadata.__dict__["_src_node_id"] = source
             replies.append(reply)
         return replies
 
 
 def test_transport_turns_silent_and_erroring_nodes_into_failed_replies():
-    transport = FlowerTransport(FakeGrid({1: "ok", 2: "error", 3: "silent"}), Observer(), 0.5)
-    transport.nodes = {"a": 1, "b": 2, "c": 3}
+    transport = FlowerTransport(FakeGrid({2: "ok", 3: "error", 4: "silent"}), Observer(), 0.5)
+    transport.nodes = {"a": 2, "b": 3, "c": 4}
     sent = Message("fit", {"w": torch.arange(3.0)}, {"round": 1, "lr": 0.1, "tag": "x"})
     replies = transport.send({"a": sent, "b": sent, "c": sent})
     assert torch.equal(replies["a"].arrays["w"], sent.arrays["w"])
@@ -244,6 +247,11 @@ def test_transport_turns_silent_and_erroring_nodes_into_failed_replies():
 def test_waiting_for_missing_supernodes_fails_clearly():
     with pytest.raises(FedkitError, match="only 2 of 3 SuperNodes connected"):
         wait_for_nodes(FakeGrid({1: "ok", 2: "ok"}), 3, patience=0.3)
+
+
+def test_more_supernodes_than_clients_is_refused():
+    with pytest.raises(FedkitError, match="3 SuperNodes are connected but flower.nodes=2"):
+        wait_for_nodes(FakeGrid({1: "ok", 2: "ok", 3: "ok"}), 2, patience=0.3)
 
 
 def test_records_keep_names_dtypes_and_scalar_types():

@@ -51,8 +51,13 @@ def _exec(command: list[str]) -> None:
     os.execve(command[0], command, {**os.environ, "PATH": path})
 
 
-@flower_app.command()
+#: commands that hand any further arguments (after ``--``) to Flower's own command
+PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+@flower_app.command(context_settings=PASS_THROUGH)
 def superlink(
+    ctx: typer.Context,
     address: str = typer.Option(
         "0.0.0.0:9091", "--address", help="HOST:PORT to serve SuperNodes and submitters on"
     ),
@@ -61,14 +66,18 @@ def superlink(
     cert: Path | None = typer.Option(None, "--cert", help="the SuperLink's certificate (PEM)"),
     key: Path | None = typer.Option(None, "--key", help="the SuperLink's private key (PEM)"),
 ) -> None:
-    """Start the SuperLink (on the server). Runs until stopped."""
+    """Start the SuperLink (on the server). Runs until stopped.
+
+    Arguments after ``--`` go to flower-superlink (e.g. ``-- --enable-supernode-auth``).
+    """
     from fedkit_core.engines.flower.deploy import superlink_command
 
-    _exec(superlink_command(address, _tls(insecure, ca_cert, cert, key)))
+    _exec([*superlink_command(address, _tls(insecure, ca_cert, cert, key)), *ctx.args])
 
 
-@flower_app.command()
+@flower_app.command(context_settings=PASS_THROUGH)
 def supernode(
+    ctx: typer.Context,
     superlink: str = SuperlinkOpt,
     partition_id: int = typer.Option(
         ..., "--partition-id", help="which client this node serves (0, 1, ...)"
@@ -82,11 +91,15 @@ def supernode(
     insecure: bool = InsecureOpt,
     ca_cert: Path | None = CaCertOpt,
 ) -> None:
-    """Start a SuperNode (on a site, next to its data). Runs until stopped."""
+    """Start a SuperNode (on a site, next to its data). Runs until stopped.
+
+    Arguments after ``--`` go to flower-supernode (e.g. ``-- --auth-supernode-private-key
+    KEY --trusted-entities FILE``).
+    """
     from fedkit_core.engines.flower.deploy import supernode_command
 
     tls = _tls(insecure, ca_cert)
-    _exec(supernode_command(superlink, partition_id, data_path, port, tls))
+    _exec([*supernode_command(superlink, partition_id, data_path, port, tls), *ctx.args])
 
 
 @flower_app.command()

@@ -179,7 +179,12 @@ def submit(
         echo(f"submitted run {run_id} to {superlink}")
         if not wait:
             return run_id
-        status, details = _wait(run_id, env, poll)
+        try:
+            status, details = _wait(run_id, env, poll)
+        except KeyboardInterrupt:  # do not leave the run training on the sites
+            _flwr(["stop", run_id, CONNECTION, "--format", "json"], env, attempts=1)
+            echo(f"stopped run {run_id}")
+            raise
         if status != "finished:completed":
             log = subprocess.run(
                 [flower_command("flwr"), "log", run_id, CONNECTION, "--show"],
@@ -194,8 +199,14 @@ def submit(
 
 
 def _wait(run_id: str, env: dict[str, str], poll: float) -> tuple[str, str]:
+    """The final status of run ``run_id``; an error if the SuperLink stops knowing it."""
     while True:
         listing = _flwr(["list", CONNECTION, "--run-id", run_id, "--format", "json"], env)
+        if not listing.get("success"):
+            raise FedkitError(
+                f"cannot follow run {run_id} on the SuperLink (was it restarted?): "
+                f"{listing.get('error-message')}"
+            )
         runs = listing.get("runs") or []
         if runs and str(runs[0].get("status", "")).startswith("finished"):
             return str(runs[0]["status"]), str(runs[0].get("status-details", ""))

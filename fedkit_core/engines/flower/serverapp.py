@@ -67,15 +67,17 @@ class FlowerTransport:
                     dst_node_id=node,
                     message_type=MESSAGE_TYPES[message.kind],
                     group_id=str(rnd),
+                    # a client that misses the timeout must not train on into the next round
+                    ttl=self.timeout,
                 )
             )
-        received = {
-            reply.metadata.src_node_id: reply
-            for reply in self.grid.send_and_receive(outgoing, timeout=self.timeout)
-        }
+        replies = list(self.grid.send_and_receive(outgoing, timeout=self.timeout))
+        # by the message answered: Flower's own error replies (node gone, message expired)
+        # come from the SuperLink, not from the node
+        received = {reply.metadata.reply_to_message_id: reply for reply in replies}
         out: dict[int, Message] = {}
-        for node, message in messages.items():
-            reply = received.get(node)
+        for (node, message), sent in zip(messages.items(), outgoing):
+            reply = received.get(sent.metadata.message_id)
             if reply is None:
                 out[node] = Message(
                     message.kind, error=f"no reply within {self.timeout} s (node {node})"
@@ -93,11 +95,17 @@ class FlowerTransport:
 
 
 def wait_for_nodes(grid: Grid, wanted: int, patience: float) -> list[int]:
-    """The ids of the connected SuperNodes once ``wanted`` of them are there."""
+    """The ids of the connected SuperNodes once ``wanted`` of them are there; more is an
+    error (every connected node would receive the model and join the aggregation)."""
     deadline = time.monotonic() + patience
     while True:
         nodes = sorted(grid.get_node_ids())
-        if len(nodes) >= wanted:
+        if len(nodes) > wanted:
+            raise FedkitError(
+                f"{len(nodes)} SuperNodes are connected but flower.nodes={wanted}: stop the "
+                "nodes that do not belong to this federation, or set flower.nodes to match"
+            )
+        if len(nodes) == wanted:
             return nodes
         if time.monotonic() > deadline:
             raise FedkitError(
