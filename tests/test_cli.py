@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -109,23 +110,40 @@ def test_debug_shows_the_traceback(tiny_yaml, tmp_path):
     assert proc.returncode != 0 and "Traceback" in proc.stderr
 
 
+def _run_until_checkpoint(config: Path, out: Path, rounds: int) -> subprocess.Popen:
+    """A `fedkit run` in a subprocess, returned once ``rounds`` rounds are checkpointed."""
+    proc = subprocess.Popen(
+        [*FEDKIT, "run", "--config", str(config), "--out", str(out), "-q"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    manifest = out / "checkpoint" / "latest.json"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if manifest.is_file() and json.loads(manifest.read_text())["round"] >= rounds:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    return proc
+
+
+def test_ctrl_c_exits_130_and_says_how_to_resume(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(tiny(rounds=12, checkpoint=True)))
+    proc = _run_until_checkpoint(config, tmp_path / "run", 1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "fedkit resume" in err and "Traceback" not in err
+
+
 def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(tiny(rounds=12, checkpoint=True)))
     killed, straight = tmp_path / "killed", tmp_path / "straight"
-    proc = subprocess.Popen(
-        [*FEDKIT, "run", "--config", str(config), "--out", str(killed), "-q"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    manifest = killed / "checkpoint" / "latest.json"
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if manifest.is_file() and json.loads(manifest.read_text())["round"] >= 3:
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run ended before it could be killed"
+    proc = _run_until_checkpoint(config, killed, 3)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     done = json.loads((killed / "results.json").read_text())

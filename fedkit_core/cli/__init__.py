@@ -22,8 +22,12 @@ def main(argv: list[str] | None = None) -> int:
     from fedkit_core.errors import FedkitError
 
     command = __import__("typer").main.get_command(app)
+    interrupted = "interrupted: continue the run with `fedkit resume RUN_DIR`"
     try:
-        command.main(args=args, prog_name="fedkit", standalone_mode=False)
+        code = command.main(args=args, prog_name="fedkit", standalone_mode=False)
+        if code == 130:  # typer turns Ctrl-C into this return value
+            err_console.print(interrupted)
+            return 130
         return 0
     except click.exceptions.Exit as done:
         return done.exit_code
@@ -39,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         err_console.print(Text.assemble(("error: ", "bold red"), str(err)), soft_wrap=True)
         return err.exit_code
     except KeyboardInterrupt:
-        err_console.print("interrupted: continue the run with `fedkit resume RUN_DIR`")
+        err_console.print(interrupted)
         return 130
     except Exception as err:
         if debug:
