@@ -7,8 +7,9 @@
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -33,6 +34,7 @@ from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION, ClientData, Cli
 from fedkit_core.tasks.loading import load_task
 from fedkit_core.tasks.registry import get_task
 
+log = logging.getLogger("fedkit")
 ConfigLike = Mapping[str, Any] | str | Path | None
 
 
@@ -77,14 +79,32 @@ def resolve_config(
         raise FedkitError(
             f"loss={values['loss']} is for segmentation; task {spec.name!r} is classification"
         )
-    for key in ("rounds", "local_epochs", "batch_size", "eval_batch_size", "eval_every"):
-        if values[key] < 1:
-            raise FedkitError(f"{key} must be at least 1, got {values[key]}")
-    if not 0 < values["sample_fraction"] <= 1:
-        raise FedkitError(f"sample_fraction must lie in (0, 1], got {values['sample_fraction']}")
-    if values["clients"] is not None and values["clients"] < 1:
-        raise FedkitError(f"clients must be at least 1, got {values['clients']}")
+    _check_ranges(values)
     return Config(values, cfg.options), plugin_set
+
+
+#: (keys, test, what the values must be) for the core's numeric keys; None is always allowed
+_RANGES: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...] = (
+    (
+        ("rounds", "local_epochs", "batch_size", "eval_batch_size", "eval_every", "clients"),
+        lambda v: v >= 1,
+        "at least 1",
+    ),
+    (("task.image_size",), lambda v: v >= 1, "at least 1 (or null: no resizing)"),
+    (("seed",), lambda v: v >= 0, "0 or more"),
+    (("lr", "partition.alpha"), lambda v: v > 0, "above 0"),
+    (("partition.alphas", "partition.fractions"), lambda v: all(x > 0 for x in v), "all above 0"),
+    (("sample_fraction",), lambda v: 0 < v <= 1, "in (0, 1]"),
+    (("task.val_fraction", "task.test_fraction"), lambda v: 0 < v < 1, "in (0, 1)"),
+    (("partition.drop_prob",), lambda v: 0 <= v < 1, "in [0, 1)"),
+)
+
+
+def _check_ranges(values: Mapping[str, Any]) -> None:
+    for keys, ok, what in _RANGES:
+        for key in keys:
+            if values.get(key) is not None and not ok(values[key]):
+                raise FedkitError(f"{key} must be {what}, got {values[key]}")
 
 
 def pick_device(name: str) -> torch.device:
@@ -231,6 +251,8 @@ def _execute(
     transport = LocalTransport(clients, observer)
     checkpointer = Checkpointer(run_dir.checkpoint) if run_dir and cfg["checkpoint"] else None
     saved = checkpointer.load() if (checkpointer and resume) else None
+    if resume and saved is None and run_dir.results.is_file() and run_dir.load_results()["rounds"]:
+        log.warning("no checkpoint in %s: the run starts again from round 1", run_dir.checkpoint)
     server.setup(priors=saved[0]["priors"] if saved else None)
     server.setup_clients(transport, clients)
     if saved:

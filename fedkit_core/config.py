@@ -143,7 +143,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FedkitError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise FedkitError(f"config file {path} is not UTF-8 text ({err.reason})") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
@@ -225,6 +227,13 @@ def resolve(
     for layer in ([defaults] if defaults else []) + list(layers):
         for key, value in flatten(layer, known).items():
             if key not in known:
+                section = key.split(".", 1)[0]
+                if "." in key and not any(k.startswith(section + ".") for k in known):
+                    raise FedkitError(
+                        f"unknown config key {key!r}: no active plugin is called {section!r} "
+                        f"(add --plugin {section}, or `plugins: [{section}]` in YAML; "
+                        "`fedkit plugins` lists the installed ones)"
+                    )
                 raise unknown("config key", key, known)
             values[key] = known[key].coerce(value, key)
     return Config(values, known)

@@ -49,6 +49,18 @@ def corrupt_npz(tmp_path):
     return str(path)
 
 
+def latin1_yaml(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("name: r\xe9sum\xe9\n".encode("latin-1"))
+    return str(path)
+
+
+def a_file(tmp_path):
+    path = tmp_path / "taken"
+    path.write_text("")
+    return str(path)
+
+
 def bad_yaml(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("rounds: [\n")
@@ -72,6 +84,18 @@ USER_ERRORS = {
     ),
     "not a run dir": (lambda tmp: ["resume", str(tmp)], "not a fedkit run directory"),
     "bad seeds": (["compare", "fedavg", "--seeds", "a,b"], "--seeds"),
+    "no seeds": (["compare", "fedavg", "--seeds", ""], "--seeds is empty"),
+    "negative alpha": (
+        ["run", "--set", "partition.kind=dirichlet", "--set", "partition.alpha=-1"],
+        "partition.alpha must be above 0",
+    ),
+    "negative seed": (["run", "--seed", "-1"], "seed must be 0 or more"),
+    "zero image size": (["run", "--set", "task.image_size=0"], "task.image_size must be"),
+    "val fraction": (["run", "--set", "task.val_fraction=1.5"], "task.val_fraction must be"),
+    "unet for classes": (["run", "--set", "model=unet"], "model=unet is for segmentation"),
+    "inactive plugin key": (["run", "--set", "fedprox.mu=1"], "add --plugin fedprox"),
+    "non-utf8 yaml": (lambda tmp: ["run", "--config", latin1_yaml(tmp)], "not UTF-8"),
+    "out is a file": (lambda tmp: ["run", "--out", a_file(tmp)], "is a file"),
 }
 
 
@@ -79,7 +103,8 @@ USER_ERRORS = {
 def test_user_errors_exit_2_with_one_short_message(case, tmp_path, capsys):
     args, message = USER_ERRORS[case]
     args = args(tmp_path) if callable(args) else args
-    assert main([*args, "--out", str(tmp_path / "o")] if args[0] == "run" else args) == 2
+    own_out = args[0] != "run" or "--out" in args
+    assert main(args if own_out else [*args, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert message in err
     assert "Traceback" not in err and len(err.splitlines()) <= 8

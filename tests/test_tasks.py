@@ -59,6 +59,85 @@ def test_npz_errors_say_what_is_wrong(tmp_path, content, message):
         run({"task": {"name": "npz", "path": str(path)}})
 
 
+def _classification_arrays(n=8, **changes):
+    arrays = {
+        "train_images": np.zeros((n, 8, 8), np.uint8),
+        "train_labels": np.arange(n) % 2,
+        "test_images": np.zeros((4, 8, 8), np.uint8),
+        "test_labels": np.arange(4) % 2,
+    }
+    arrays.update(changes)
+    return {k: v for k, v in arrays.items() if v is not None}
+
+
+def _damaged_member(path):
+    np.savez_compressed(path, **_classification_arrays())
+    blob = bytearray(path.read_bytes())
+    blob[200:240] = bytes(40)  # inside the first member's compressed data
+    path.write_bytes(bytes(blob))
+
+
+BAD_NPZ = {
+    "damaged member": (_damaged_member, "damaged|cannot read"),
+    "npy file": (lambda p: np.save(p.with_suffix(".npy"), np.zeros(3)), "single array"),
+    "images without labels": (
+        lambda p: np.savez(p, **_classification_arrays(val_images=np.zeros((2, 8, 8), np.uint8))),
+        "val_images but no val_labels",
+    ),
+    "empty test split": (
+        lambda p: np.savez(
+            p,
+            **_classification_arrays(
+                test_images=np.zeros((0, 8, 8), np.uint8), test_labels=np.zeros(0, int)
+            ),
+        ),
+        "train and test need at least one image",
+    ),
+    "string labels": (
+        lambda p: np.savez(p, **_classification_arrays(train_labels=np.array(["a"] * 8))),
+        "must hold integer class labels",
+    ),
+    "fractional labels": (
+        lambda p: np.savez(p, **_classification_arrays(train_labels=np.full(8, 0.5))),
+        "must hold integer class labels",
+    ),
+    "channels differ": (
+        lambda p: np.savez(
+            p, **_classification_arrays(test_images=np.zeros((4, 8, 8, 3), np.uint8))
+        ),
+        "differ in shape",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_NPZ))
+def test_bad_npz_files_are_user_errors(tmp_path, case):
+    write, message = BAD_NPZ[case]
+    path = tmp_path / "bad.npz"
+    write(path)
+    if case == "npy file":
+        path = path.with_suffix(".npy")
+    with pytest.raises(FedkitError, match=message):
+        run({"task": {"name": "npz", "path": str(path)}, "rounds": 1})
+
+
+@pytest.mark.parametrize(
+    "masks, extra, message",
+    [
+        (np.full((6, 8, 8), 255, np.uint8), {}, "grey levels rather than class labels"),
+        (np.full((6, 8, 8), 0.4), {}, "must hold integer class labels"),
+        (np.zeros((6, 8, 8), np.uint8), {"site": np.zeros((6, 2))}, "one value per image"),
+    ],
+)
+def test_bad_npz_seg_files_are_user_errors(tmp_path, masks, extra, message):
+    masks = masks.copy()
+    if masks.dtype == np.uint8 and masks.max() == 255:
+        masks[:, :4] = 0  # a 0/255 binary mask
+    path = write_npz(tmp_path / "s.npz", images=np.zeros((6, 8, 8), np.uint8), masks=masks, **extra)
+    with pytest.raises(FedkitError, match=message):
+        run({"task": {"name": "npz-seg", "path": path}, "rounds": 1})
+
+
 def test_npz_path_missing_names_the_expected_layout(tmp_path):
     with pytest.raises(FedkitError, match="Expected layout"):
         run({"task": {"name": "npz", "path": str(tmp_path / "nope.npz")}})

@@ -146,6 +146,8 @@ def compare(
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:
         raise FedkitError(f"--seeds expects comma-separated integers, got {seeds!r}") from None
+    if not seed_list:
+        raise FedkitError("--seeds is empty; give at least one seed, e.g. --seeds 0,1,2")
     base = _layers(
         config, [], task, [], rounds=rounds, clients=clients, engine=engine, device=device
     )

@@ -88,6 +88,9 @@ class Checkpointer:
                 cid: torch.load(self.directory / name, weights_only=False)
                 for cid, name in files["clients"].items()
             }
-        except (OSError, RuntimeError, EOFError) as err:
-            raise FedkitError(f"the checkpoint in {self.directory} cannot be read: {err}") from None
+        except Exception as err:  # damaged files raise anything from OSError to pickle errors
+            raise FedkitError(
+                f"the checkpoint in {self.directory} cannot be read ({type(err).__name__}: {err}); "
+                "delete the folder to start the run again"
+            ) from None
         return server, clients

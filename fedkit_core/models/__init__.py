@@ -64,6 +64,10 @@ def build_model(
         if weights:
             load_weights(net, weights)
         return FedModel(net, nn.Identity(), None)
+    if name == "unet":
+        from fedkit_core.errors import FedkitError
+
+        raise FedkitError(f"model=unet is for segmentation; task {task.name!r} is classification")
     backbone, dim = build_backbone(name, task.in_channels, pretrained)
     if weights:
         load_weights(backbone, weights)

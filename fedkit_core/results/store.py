@@ -40,6 +40,12 @@ def _atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
         raise
 
 
+def _mapping(data: Any, path: Path) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise FedkitError(f"{path} is corrupt: it holds a {type(data).__name__}, not a mapping")
+    return data
+
+
 def write_text(path: Path, text: str) -> None:
     _atomic(Path(path), lambda fh: fh.write(text.encode()))
 
@@ -80,6 +86,8 @@ class RunDir:
                 f"{self.path} already holds a run: continue it with `fedkit resume {self.path}`, "
                 "or choose another --out"
             )
+        if self.path.exists() and not self.path.is_dir():
+            raise FedkitError(f"--out {self.path} is a file; give a folder for the run")
         self.path.mkdir(parents=True, exist_ok=True)
 
     def save_config(self, nested: dict[str, Any]) -> None:
@@ -89,8 +97,8 @@ class RunDir:
         if not self.is_run():
             raise FedkitError(f"{self.path} is not a fedkit run directory (no config.yaml)")
         try:
-            return yaml.safe_load(self.config.read_text()) or {}
-        except yaml.YAMLError as err:
+            return _mapping(yaml.safe_load(self.config.read_text()) or {}, self.config)
+        except (yaml.YAMLError, UnicodeDecodeError) as err:
             raise FedkitError(f"{self.config} is corrupt: {err}") from None
 
     def load_results(self) -> dict[str, Any]:
@@ -99,6 +107,6 @@ class RunDir:
                 f"{self.path} has no results.json (not a fedkit run, or it never finished a round)"
             )
         try:
-            return json.loads(self.results.read_text())
-        except json.JSONDecodeError as err:
+            return _mapping(json.loads(self.results.read_text()), self.results)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise FedkitError(f"{self.results} is corrupt: {err}") from None

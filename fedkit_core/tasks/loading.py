@@ -46,10 +46,12 @@ def _validate(name: str, data: TaskData) -> None:
             want = 1 if data.kind == CLASSIFICATION else split.images.dim() - 1
             if split.targets.dim() != want:
                 raise FedkitError(f"{where}: targets have shape {tuple(split.targets.shape)}")
-            if len(split) and (split.targets.min() < 0 or split.targets.max() >= data.num_classes):
+            low, high = (
+                (int(split.targets.min()), int(split.targets.max())) if len(split) else (0, 0)
+            )
+            if low < 0 or high >= data.num_classes:
                 raise FedkitError(
-                    f"{where}: labels must lie in [0, {data.num_classes - 1}], found "
-                    f"{int(split.targets.min())}..{int(split.targets.max())}"
+                    f"{where}: labels must lie in [0, {data.num_classes - 1}], found {low}..{high}"
                 )
 
 

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -36,13 +35,23 @@ SEGMENTATION_LAYOUT = (
 def read_npz(path: str | Path, required: tuple[str, ...], layout: str) -> dict[str, np.ndarray]:
     """All arrays of an npz file, or a FedkitError saying what is wrong with it."""
     path = Path(path)
+    if path.is_dir():
+        raise FedkitError(f"{path} is a folder; task.path must name the .npz file")
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {key: npz[key] for key in npz.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+        npz = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise FedkitError(f"{path} does not exist. Expected {layout}.") from None
+    except Exception as err:  # numpy raises many kinds for a damaged or foreign file
         raise FedkitError(
             f"cannot read {path} as an .npz file ({err}). Expected {layout}."
         ) from None
+    if not isinstance(npz, np.lib.npyio.NpzFile):
+        raise FedkitError(f"{path} holds a single array (.npy), not an .npz archive: {layout}")
+    try:
+        with npz:
+            arrays = {key: npz[key] for key in npz.files}
+    except Exception as err:  # a damaged member: bad zlib stream, truncated header, ...
+        raise FedkitError(f"{path} is damaged ({type(err).__name__}: {err})") from None
     missing = [key for key in required if key not in arrays]
     if missing:
         raise FedkitError(
@@ -65,6 +74,22 @@ def channels_first(images: np.ndarray, path: Path, key: str) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(images))
 
 
+def _integer_labels(values: np.ndarray, path: Path, key: str) -> torch.Tensor:
+    """Labels or masks as int64; fractional or non-numeric values are an error, not rounded."""
+    if values.dtype.kind in "iub":
+        return torch.from_numpy(values.astype(np.int64))
+    if (
+        values.dtype.kind == "f"
+        and np.all(np.isfinite(values))
+        and np.all(values == np.round(values))
+    ):
+        return torch.from_numpy(values.astype(np.int64))
+    raise FedkitError(
+        f"{path}: {key} must hold integer class labels, got {values.dtype} values "
+        f"such as {values.reshape(-1)[:3].tolist()}"
+    )
+
+
 def _class_names(arrays: dict[str, np.ndarray], num_classes: int, fallback: list[str]) -> list[str]:
     if "classes" in arrays:
         names = [str(c) for c in arrays["classes"].tolist()]
@@ -83,18 +108,28 @@ def classification_file(path: Path) -> TaskData:
     arrays = read_npz(path, required, CLASSIFICATION_LAYOUT)
     splits: dict[str, Split] = {}
     for split in SPLITS:
-        if f"{split}_images" not in arrays:
+        pair = [f"{split}_images" in arrays, f"{split}_labels" in arrays]
+        if not any(pair):
             continue
-        labels = arrays[f"{split}_labels"]
+        if not all(pair):
+            have, lack = (f"{split}_images", f"{split}_labels")[:: 1 if pair[0] else -1]
+            raise FedkitError(f"{path} has {have} but no {lack}")
+        labels = _integer_labels(arrays[f"{split}_labels"], path, f"{split}_labels")
         if labels.ndim == 2 and labels.shape[1] > 1:
             raise FedkitError(
                 f"{path}: {split}_labels has shape {labels.shape}: multi-label data is not supported"
             )
         images = channels_first(arrays[f"{split}_images"], path, f"{split}_images")
-        labels = torch.from_numpy(labels.reshape(-1).astype(np.int64))
+        labels = labels.reshape(-1)
         if len(labels) != len(images):
             raise FedkitError(f"{path}: {len(images)} {split}_images but {len(labels)} labels")
-        splits[split] = Split(images, labels)
+        if len(images):  # an empty split is as good as none (val is then carved)
+            splits[split] = Split(images, labels)
+    if "train" not in splits or "test" not in splits:
+        raise FedkitError(f"{path}: train and test need at least one image each")
+    shapes = {tuple(s.images.shape[1:]) for s in splits.values()}
+    if len(shapes) > 1:
+        raise FedkitError(f"{path}: the splits' images differ in shape (C,H,W): {sorted(shapes)}")
     num_classes = int(max(int(s.targets.max()) for s in splits.values())) + 1
     names = _class_names(arrays, num_classes, [f"class{c}" for c in range(num_classes)])
     return TaskData(kind=CLASSIFICATION, class_names=names, sites={"all": splits}, has_sites=False)
@@ -104,21 +139,28 @@ def load_segmentation(config: Config) -> TaskData:
     path = Path(config["task.path"])
     arrays = read_npz(path, ("images", "masks"), SEGMENTATION_LAYOUT)
     images = channels_first(arrays["images"], path, "images")
-    masks = arrays["masks"]
-    if masks.shape != (images.shape[0], *images.shape[2:]):
+    masks = _integer_labels(arrays["masks"], path, "masks")
+    if tuple(masks.shape) != (images.shape[0], *images.shape[2:]):
         raise FedkitError(f"{path}: masks must be (N,H,W) matching images, got {masks.shape}")
-    masks = torch.from_numpy(masks.astype(np.int64))
     n = len(images)
     site = arrays.get("site", np.full(n, "all"))
     split = arrays.get("split", np.full(n, "train")).astype(str)
     split = np.where(np.isin(split, UNSPLIT), "train", split)  # val/test carved from it
     for key, values in (("site", site), ("split", split)):
+        if values.ndim != 1:
+            raise FedkitError(f"{path}: {key} must be one value per image, got {values.shape}")
         if len(values) != n:
             raise FedkitError(f"{path}: {key} has {len(values)} entries for {n} images")
     bad = sorted(set(split.astype(str).tolist()) - set(SPLITS))
     if bad:
         raise FedkitError(f"{path}: split values must be train, val or test; found {bad}")
-    num_classes = max(2, int(masks.max()) + 1)
+    values = torch.unique(masks).tolist()
+    if values[-1] == 255 and len(values) <= 3:  # 0/255 (or 0/128/255) images, not labels
+        raise FedkitError(
+            f"{path}: masks hold the values {values}, grey levels rather than class labels; "
+            "store labels 0, 1, ... (e.g. masks // 255 for binary masks)"
+        )
+    num_classes = max(2, values[-1] + 1)
     sites: dict[str, dict[str, Split]] = {}
     for name in dict.fromkeys(site.astype(str).tolist()):
         in_site = site.astype(str) == name

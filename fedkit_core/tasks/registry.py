@@ -101,6 +101,8 @@ class TaskSpec:
         """The config values of the named partition ``name`` (``{}`` for None)."""
         if name is None:
             return {}
+        if not self.partitions:
+            raise FedkitError(f"task {self.name!r} has no named partitions (partition.preset)")
         if name not in self.partitions:
             raise unknown(f"partition.preset of task {self.name!r}", name, self.partitions)
         return dict(self.partitions[name])
