@@ -140,18 +140,27 @@ class Comparison:
         ]
 
 
-def markdown(table: Mapping[str, Mapping[str, Any]], main: str, seeds: Sequence[int]) -> str:
-    cols = _columns(table, main)
-    lines = [
-        f"Mean ± std over seeds {', '.join(map(str, seeds))}.",
-        "",
-        "| runspec | " + " | ".join(cols) + " |",
-        "|---" * (len(cols) + 1) + "|",
-    ]
+def markdown_table(
+    table: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    columns: Sequence[str],
+    scale: float = 1.0,
+    digits: int = 4,
+) -> str:
+    """``{runspec: {column: {mean, std}}}`` as a markdown table of ``mean ± std`` cells
+    (values times ``scale``: 100 for percent)."""
+    lines = ["| runspec | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for spec, row in table.items():
-        cells = [f"{row[c]['mean']:.4f} ± {row[c]['std']:.4f}" for c in cols]
+        cells = [
+            f"{scale * row[c]['mean']:.{digits}f} ± {scale * row[c]['std']:.{digits}f}"
+            for c in columns
+        ]
         lines.append(f"| {spec} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def markdown(table: Mapping[str, Mapping[str, Any]], main: str, seeds: Sequence[int]) -> str:
+    head = f"Mean ± std over seeds {', '.join(map(str, seeds))}.\n\n"
+    return head + markdown_table(table, _columns(table, main))
 
 
 def plot(table: Mapping[str, Mapping[str, Any]], main: str, path: Path) -> Path:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from fedkit_core.errors import FedkitError
+from fedkit_core.results.compare import markdown_table
 
 METRICS = ("bacc", "bauc")
 PARTS = ("G", "S", "G&S")
@@ -50,16 +51,8 @@ def gs_table(
 
 def markdown(table: Mapping[str, Mapping[str, Mapping[str, Any]]], percent: bool = True) -> str:
     """The table as markdown, in percent like the paper."""
-    scale = 100.0 if percent else 1.0
-    cols = list(next(iter(table.values())))
-    lines = [
-        "| runspec | " + " | ".join(cols) + " |",
-        "|---" * (len(cols) + 1) + "|",
-    ]
-    for spec, row in table.items():
-        cells = [f"{scale * row[c]['mean']:.1f} ± {scale * row[c]['std']:.1f}" for c in cols]
-        lines.append(f"| {spec} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    columns = list(next(iter(table.values())))
+    return markdown_table(table, columns, scale=100.0 if percent else 1.0, digits=1)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
