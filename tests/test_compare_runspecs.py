@@ -37,3 +37,9 @@ def test_console_rows_put_runspecs_side_by_side():
     assert rows[0]["fedavg"] == rows[0]["fca"] == "0.5000 ± 0.2500"
     assert compare.metric_label("final.clients_mean.dice") == "clients mean dice"
     assert compare.metric_label("final.summary.fca.gs_bacc") == "fca.gs_bacc"
+
+
+def test_markdown_table_scales_and_rounds():
+    table = {"fca": {"G bacc": {"mean": 0.3625, "std": 0.019}}}
+    text = compare.markdown_table(table, ["G bacc"], scale=100.0, digits=1)
+    assert text.splitlines() == ["| runspec | G bacc |", "|---|---|", "| fca | 36.2 ± 1.9 |"]
