@@ -64,8 +64,7 @@ def resize(data: TaskData, size: int) -> TaskData:
         images = _resize_images(split.images, size)
         targets = split.targets
         if data.kind == SEGMENTATION:
-            targets = F.interpolate(targets[:, None].float(), size=(size, size), mode="nearest")
-            targets = targets[:, 0].long()
+            targets = _resize_masks(targets, size)
         return Split(images, targets)
 
     data.sites = {
@@ -85,6 +84,18 @@ def _resize_images(images: torch.Tensor, size: int, chunk: int = 512) -> torch.T
             x = x.round().clamp(0, 255).to(torch.uint8)
         out.append(x)
     return torch.cat(out) if out else images
+
+
+def _resize_masks(masks: torch.Tensor, size: int, chunk: int = 512) -> torch.Tensor:
+    """Nearest-neighbour resize of (N, H, W) label masks, a chunk at a time, keeping the dtype
+    (a float copy of a whole full-size mask set would take gigabytes)."""
+    out = [
+        F.interpolate(part[:, None].float(), size=(size, size), mode="nearest")[:, 0].to(
+            masks.dtype
+        )
+        for part in masks.split(chunk)
+    ]
+    return torch.cat(out) if out else masks
 
 
 def fit_normalizer(data: TaskData, max_images: int = 2048, chunk: int = 64) -> Normalizer:
