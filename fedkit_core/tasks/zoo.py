@@ -7,6 +7,8 @@ Loaders live in one module per data-set family; this module only registers them.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fedkit_core.options import Option
 from fedkit_core.tasks.augment import AUGMENT_OPTION
 from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION
@@ -142,6 +144,20 @@ FOLD = Option(
     "test fold of a stratified 5-fold split when there are no split folders",
     choices=(0, 1, 2, 3, 4),
 )
+
+
+def fedcb_partitions(clients: int) -> dict[str, dict[str, Any]]:
+    """FedCB's splits: ``clients`` clients, Dirichlet over clients per class, alpha 0.05 or 0.1."""
+    return {
+        f"fedcb-{alpha}": {
+            "partition.kind": "dirichlet",
+            "partition.alpha": alpha,
+            "clients": clients,
+        }
+        for alpha in (0.05, 0.1)
+    }
+
+
 CLASS_FOLDER_MARKERS = ("*/*/*.jp*g", "*/*/*.png", "*/*/*/*.jp*g", "*/*/*/*.png")
 
 register_task(
@@ -177,10 +193,7 @@ register_task(
         source="https://www.kaggle.com/datasets/obulisainaren/retinal-oct-c8",
         default_dir="oct-c8",
         markers=CLASS_FOLDER_MARKERS,
-        partitions={  # FedCB: 12 clients, Dirichlet over clients per class
-            "fedcb-0.05": {"partition.kind": "dirichlet", "partition.alpha": 0.05, "clients": 12},
-            "fedcb-0.1": {"partition.kind": "dirichlet", "partition.alpha": 0.1, "clients": 12},
-        },
+        partitions=fedcb_partitions(clients=12),
     )
 )
 
@@ -201,10 +214,7 @@ register_task(
         source="https://datasets.simula.no/kvasir/ (Pogorelov et al., MMSys 2017)",
         default_dir="kvasir-v2",
         markers=CLASS_FOLDER_MARKERS,
-        partitions={  # FedCB: 10 clients, Dirichlet over clients per class
-            "fedcb-0.05": {"partition.kind": "dirichlet", "partition.alpha": 0.05, "clients": 10},
-            "fedcb-0.1": {"partition.kind": "dirichlet", "partition.alpha": 0.1, "clients": 10},
-        },
+        partitions=fedcb_partitions(clients=10),
     )
 )
 
