@@ -22,7 +22,7 @@ from fedkit_core.config import CORE_OPTIONS, Config, load_yaml, peek, resolve
 from fedkit_core.engines.client import ClientRuntime
 from fedkit_core.engines.local import Checkpointer, LocalTransport
 from fedkit_core.engines.registry import engine_options, get_engine
-from fedkit_core.engines.server import Observer, Server
+from fedkit_core.engines.server import Observer, Server, check_plugins
 from fedkit_core.errors import FedkitError
 from fedkit_core.options import Option
 from fedkit_core.partitions import partition
@@ -80,7 +80,9 @@ def resolve_config(
             f"loss={values['loss']} is for segmentation; task {spec.name!r} is classification"
         )
     _check_ranges(values)
-    return Config(values, cfg.options), plugin_set
+    resolved = Config(values, cfg.options)
+    check_plugins(resolved, plugin_set)
+    return resolved, plugin_set
 
 
 #: (keys, test, what the values must be) for the core's numeric keys; None is always allowed
@@ -143,8 +145,6 @@ def prepare(config: Config, plugins: PluginSet) -> Federation:
     """Load and partition the task's data and describe it."""
     data = load_task(config)
     clients = partition(data, config)
-    infos = [c.info() for c in clients.values()]
-    shot_groups = shot_groups_of(config, data.kind, infos, data.shot_groups)
     sample = data.sample_split().images
     task = TaskInfo(
         name=config["task.name"],
@@ -152,8 +152,8 @@ def prepare(config: Config, plugins: PluginSet) -> Federation:
         class_names=list(data.class_names),
         in_channels=int(sample.shape[1]),
         image_shape=tuple(int(s) for s in next(iter(clients.values()))["train"].images.shape[2:]),
-        clients={cid: c.info() for cid, c in clients.items()},
-        shot_groups=shot_groups,
+        client_ids=list(clients),
+        shot_groups=data.shot_groups,
     )
     return Federation(config, plugins, task, clients, pick_device(config["device"]))
 
@@ -283,6 +283,7 @@ def write_results(
         records=server.records,
         events=server.events,
         wall_seconds=server.seconds,
+        setup_bytes=server.setup_traffic,
     )
     if run_dir is not None:
         write_json(run_dir.results, results)

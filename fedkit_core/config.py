@@ -33,6 +33,21 @@ CORE_OPTIONS: tuple[Option, ...] = (
     Option("batch_size", int, 32, "local training batch size"),
     Option("eval_batch_size", int, 256, "evaluation batch size"),
     Option("eval_every", int, 1, "evaluate every N rounds (the last round always)"),
+    Option(
+        "evaluation",
+        str,
+        "auto",
+        "pooled: clients send predictions and labels up; federated: only sufficient "
+        "statistics (confusion matrices, score histograms, Dice sums; see docs/architecture.md); "
+        "auto: pooled in simulation, federated when deployed",
+        choices=("auto", "pooled", "federated"),
+    ),
+    Option(
+        "evaluation_bins",
+        int,
+        1000,
+        "score histogram bins per class for the AUC under evaluation=federated",
+    ),
     Option("optimizer", str, "adam", "local optimiser", choices=("sgd", "adam", "adamw")),
     Option("lr", float, 1e-3, "local learning rate"),
     Option("momentum", float, 0.9, "SGD momentum"),

@@ -19,13 +19,24 @@ class FedkitError(Exception):
 
 
 class ClientFailure(FedkitError):
-    """A client could not complete its part of a round."""
+    """A client could not complete its part of a round.
 
-    def __init__(self, client_id: str, round: int, message: str):
-        super().__init__(f"client {client_id!r} failed in round {round}: {message}")
+    ``bug=True`` (the client raised something other than a :class:`FedkitError`: a fault in
+    a plugin or in fedkit, not in the user's input) makes it exit code 1, with a hint to
+    rerun with ``--debug`` for the traceback.
+    """
+
+    def __init__(self, client_id: str, round: int, message: str, bug: bool = False):
+        hint = (
+            "\nThis is a bug in a plugin or in fedkit; rerun with --debug for the traceback."
+            if bug
+            else ""
+        )
+        super().__init__(f"client {client_id!r} failed in round {round}: {message}{hint}")
         self.client_id = client_id
         self.round = round
         self.reason = message
+        self.exit_code = 1 if bug else 2
 
 
 def unknown(kind: str, name: str, valid: Iterable[str]) -> FedkitError:

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from fedkit_core.errors import FedkitError
+
 Scalar = int | float | str | bool
 Arrays = dict[str, torch.Tensor]
 Scalars = dict[str, Scalar]
@@ -31,6 +33,12 @@ class Message:
     #: traceback under --debug
     exception: BaseException | None = field(default=None, repr=False, compare=False)
 
+    @property
+    def bug(self) -> bool:
+        """The client failed on an exception other than a :class:`FedkitError`: a fault in a
+        plugin or in fedkit rather than in the user's input."""
+        return self.exception is not None and not isinstance(self.exception, FedkitError)
+
 
 @dataclass
 class Update:
@@ -46,11 +54,37 @@ class Update:
 
 
 @dataclass
-class Reply:
-    """A client's answer to an extra query (see ``fedkit_answer_query``)."""
+class Payload:
+    """Named arrays and scalars a plugin adds to a message: what the server sends with a fit
+    message (``fedkit_configure_fit``) or what a client answers to a query
+    (``fedkit_answer_query``)."""
 
     arrays: Arrays = field(default_factory=dict)
     scalars: Scalars = field(default_factory=dict)
+
+    def merge(self, other: Payload, origin: str) -> None:
+        """Add ``other``'s entries; a name sent twice is an error (plugins would collide)."""
+        for mine, theirs in ((self.arrays, other.arrays), (self.scalars, other.scalars)):
+            clash = sorted(set(mine) & set(theirs))
+            if clash:
+                raise TypeError(f"{origin}: {clash[0]!r} is sent by two plugins")
+            mine.update(theirs)
+
+
+#: A client's answer to an extra query (the same named arrays and scalars as any payload).
+Reply = Payload
+
+
+def message_bytes(message: Message) -> int:
+    """The size of a message's content as serialised: every array's data plus every scalar
+    (8 bytes a number, the UTF-8 length of a string) plus the names of both."""
+    size = 0
+    for name, tensor in message.arrays.items():
+        size += len(name.encode()) + tensor.numel() * tensor.element_size()
+    for name, value in message.scalars.items():
+        size += len(name.encode())
+        size += len(value.encode()) if isinstance(value, str) else 8
+    return size
 
 
 def check_scalars(scalars: dict, origin: str) -> Scalars:

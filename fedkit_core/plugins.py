@@ -8,9 +8,13 @@ never leak plugins into each other and tests can register throwaway plugins free
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import importlib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from importlib.metadata import EntryPoint, entry_points, version
 from typing import Any
 
@@ -28,7 +32,56 @@ BUILTINS = {
     "losses": "fedkit_core.builtins.losses",
     "metrics": "fedkit_core.builtins.metrics",
     "models": "fedkit_core.builtins.models",
+    "training": "fedkit_core.builtins.training",
+    "evaluation": "fedkit_core.builtins.evaluation",
 }
+
+#: The name of the plugin whose hook is running (what ``ctx.options()`` and ``ctx.state``
+#: resolve against), set around every hook call of a registered plugin.
+_CURRENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("fedkit_plugin", default=None)
+
+
+def current_plugin() -> str | None:
+    """The registered name of the plugin whose hook is running, or ``None`` in core code."""
+    return _CURRENT.get()
+
+
+@contextmanager
+def plugin_scope(name: str) -> Iterator[None]:
+    """Run code as plugin ``name`` (tests calling a hook function directly use this)."""
+    token = _CURRENT.set(name)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+def _bound(name: str, obj: Any) -> Any:
+    """A stand-in for plugin ``obj`` whose hook functions run as plugin ``name``.
+
+    The same module can so be registered under any name (``myfca``) and read its options
+    and state under that name, without knowing it.
+    """
+    stand_in = types.SimpleNamespace()
+    for attr in dir(obj):
+        if not attr.startswith("fedkit_"):
+            continue
+        function = getattr(obj, attr)
+        if callable(function) and hasattr(function, "fedkit_impl"):
+            setattr(stand_in, attr, _as(name, function))
+    return stand_in
+
+
+def _as(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        token = _CURRENT.set(name)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _CURRENT.reset(token)
+
+    return call
 
 
 def core_version() -> str:
@@ -82,6 +135,7 @@ class PluginSet:
         self.pm = pluggy.PluginManager("fedkit")
         self.pm.add_hookspecs(hookspecs)
         self.versions: dict[str, str] = {}
+        self.objects: dict[str, Any] = {}  # name -> the plugin as given (module or object)
         for name, module in BUILTINS.items():
             self._register(name, importlib.import_module(module), None)
         available = installed()
@@ -110,7 +164,7 @@ class PluginSet:
                 f"API {hookspecs.API_VERSION}; install a matching version of the plugin"
             )
         try:
-            self.pm.register(obj, name=name)
+            self.pm.register(_bound(name, obj), name=name)
             self.pm.check_pending()
         except pluggy.PluginValidationError as err:
             self.pm.unregister(name=name)
@@ -120,6 +174,7 @@ class PluginSet:
         except ValueError as err:
             raise FedkitError(f"cannot register plugin {name!r}: {err}") from None
         self.versions[name] = _version_of(name, obj, ep)
+        self.objects[name] = obj
 
     def _check_conflicts(self) -> None:
         for hook in hookspecs.EXCLUSIVE_HOOKS:
@@ -143,16 +198,7 @@ class PluginSet:
         out: list[Option] = []
         for impl in self.pm.hook.fedkit_options.get_hookimpls():
             for opt in impl.function() or ():
-                out.append(
-                    Option(
-                        f"{impl.plugin_name}.{opt.name}",
-                        opt.type,
-                        opt.default,
-                        opt.help,
-                        opt.choices,
-                        opt.nullable,
-                    )
-                )
+                out.append(replace(opt, name=f"{impl.plugin_name}.{opt.name}"))
         return out
 
     def run_versions(self) -> dict[str, str]:

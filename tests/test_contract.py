@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedkit_core import FedkitError, Option, Reply, hookimpl, hookspecs, run
-from fedkit_core.aggregation import weighted_average
+from fedkit_core import hookspecs, run
+from fedkit_core.plugin import FedkitError, Option, Payload, Reply, hookimpl, weighted_average
 from fedkit_core.testing import tiny
 
 BIG_CLIENT = "site1"
@@ -35,12 +35,17 @@ class Probe:
         return [Option("term", float, 0.25, "constant extra loss term")]
 
     @hookimpl
-    def fedkit_check(self, task, config):
-        self.note("check", (task.kind, config["probe.term"]))
+    def fedkit_check(self, server):
+        self.note("check", (server.task.kind, server.options()["term"]))
 
     @hookimpl
-    def fedkit_server_priors(self, task, config):
-        return {"probe.class_vec": torch.arange(task.num_classes, dtype=torch.float32)}
+    def fedkit_server_priors(self, server):
+        return {"probe.class_vec": torch.arange(server.task.num_classes, dtype=torch.float32)}
+
+    @hookimpl
+    def fedkit_configure_fit(self, server, client_id):
+        server.state["sent"] = server.state.get("sent", 0) + 1
+        return Payload({"probe.id": torch.tensor([float(client_id[-1])])}, {"probe.round": server.round})
 
     @hookimpl
     def fedkit_client_priors(self, client):
@@ -66,24 +71,25 @@ class Probe:
 
     @hookimpl
     def fedkit_round_start(self, client):
-        weight = client.model.head.weight.detach().clone()
-        client.plugin_state("probe")["received_head"] = weight
-        state = client.plugin_state("probe")
-        state["fits"] = state.get("fits", 0) + 1
+        self.note("scratch_at_start", dict(client.scratch))
+        client.scratch["received_head"] = client.model.head.weight.detach().clone()
+        client.state["fits"] = client.state.get("fits", 0) + 1
+        self.note("received", (client.id, client.round, dict(client.received.scalars),
+                               client.received.arrays["probe.id"].item()))
+        self.note("own_info", (client.id, client.info.id, client.info.num_train))
 
     @hookimpl
     def fedkit_loss_terms(self, client, batch, outputs):
         personal = nn.functional.cross_entropy(outputs["probe_personal"], batch.y)
         return {
-            "probe.const": torch.tensor(client.options("probe")["term"]),
+            "probe.const": torch.tensor(client.options()["term"]),
             "probe.personal": personal,
         }
 
     @hookimpl
     def fedkit_client_report(self, client):
-        state = client.plugin_state("probe")
-        moved = (client.model.head.weight.detach() - state["received_head"]).norm().item()
-        return {"probe.moved": moved, "probe.fits": state["fits"]}
+        moved = (client.model.head.weight.detach() - client.scratch["received_head"]).norm().item()
+        return {"probe.moved": moved, "probe.fits": client.state["fits"]}
 
     @hookimpl
     def fedkit_answer_query(self, client, query, arrays, scalars):
@@ -103,16 +109,20 @@ class Probe:
         return weighted_average([u.arrays for u in updates], [1.0] * len(updates))
 
     @hookimpl
-    def fedkit_personal_output(self, client):
-        return "probe_personal"
+    def fedkit_eval_views(self, client):
+        return {"personal": "probe_personal"}
 
     @hookimpl
-    def fedkit_metrics(self, task, arrays):
+    def fedkit_client_view(self, client):
+        return "personal"
+
+    @hookimpl
+    def fedkit_metrics(self, server, arrays):
         if "probs" in arrays:
             return {"probe_n": float(len(arrays["labels"]))}
 
     @hookimpl
-    def fedkit_summary(self, task, scopes):
+    def fedkit_summary(self, server, scopes):
         return {"probe.gap": scopes["global"]["bacc"] - scopes["clients_mean"]["bacc"]}
 
 
@@ -133,10 +143,29 @@ def test_every_hook_is_documented():
         assert "return" in doc.lower() or name in ("fedkit_round_start", "fedkit_extend_model"), (
             f"{name} does not say what it returns"
         )
-        kind = "firstresult" if getattr(spec, "fedkit_spec", {}).get("firstresult") else "additive"
-        assert kind.lower() in doc.lower() or (kind == "additive" and "Additive" in doc), (
-            f"{name} does not say it is {kind}"
-        )
+        first = getattr(spec, "fedkit_spec", {}).get("firstresult")
+        kind = "exclusive" if name in hookspecs.EXCLUSIVE_HOOKS else "first" if first else "additive"
+        assert kind in doc.lower(), f"{name} does not say it is {kind}"
+
+
+def test_exclusive_hooks_are_declared_on_their_specs():
+    assert set(hookspecs.EXCLUSIVE_HOOKS) == {
+        "fedkit_build_model",
+        "fedkit_optimizer",
+        "fedkit_task_loss",
+        "fedkit_aggregate",
+        "fedkit_client_view",
+    }
+
+
+def test_every_hook_takes_one_context_of_its_side():
+    sides = {"server": "server", "client": "client", "ctx": "either"}
+    for name, spec in inspect.getmembers(hookspecs, inspect.isfunction):
+        if not name.startswith("fedkit_") or name == "fedkit_options":
+            continue
+        params = list(inspect.signature(spec).parameters)
+        contexts = [p for p in params if p in sides]
+        assert len(contexts) == 1, f"{name} takes {params}"
 
 
 def test_plugin_options_are_typed_namespaced_and_saved(probed):
@@ -214,8 +243,9 @@ def test_two_aggregators_are_reported_as_a_conflict():
 
 class Refuses:
     @hookimpl
-    def fedkit_check(self, task, config):
-        return "refuses needs a segmentation task" if task.kind != "segmentation" else None
+    def fedkit_check(self, server):
+        kind = server.task.kind
+        return "refuses needs a segmentation task" if kind != "segmentation" else None
 
 
 def test_check_hook_refuses_a_run():
@@ -239,12 +269,11 @@ class Counter:
 
     @hookimpl
     def fedkit_round_start(self, client):
-        state = client.plugin_state("counter")
-        state["fits"] = state.get("fits", 0) + 1
+        client.state["fits"] = client.state.get("fits", 0) + 1
 
     @hookimpl
     def fedkit_client_report(self, client):
-        return {"counter.fits": client.plugin_state("counter")["fits"]}
+        return {"counter.fits": client.state["fits"]}
 
 
 class StopAfter:
@@ -272,3 +301,151 @@ def test_client_state_survives_interruption_and_resume(tmp_path):
     straight = run(config, plugins={"counter": Counter()})
     assert resumed.final["global"] == straight.final["global"]
     assert resumed.final["clients"] == straight.final["clients"]
+
+
+def test_fit_messages_carry_plugin_payloads_and_server_state_persists(probed):
+    probe, results = probed
+    for cid, rnd, scalars, ident in probe.seen["received"]:
+        assert scalars == {"probe.round": rnd}
+        assert ident == float(cid[-1])
+    assert len(probe.seen["received"]) == 3 * 3  # 3 rounds x 3 clients
+
+
+def test_scratch_is_emptied_each_round_and_clients_see_only_their_own_info(probed):
+    probe, _ = probed
+    assert all(not scratch for scratch in probe.seen["scratch_at_start"])
+    assert all(cid == own for cid, own, _ in probe.seen["own_info"])
+
+
+def test_the_task_description_carries_no_client_statistics(probed):
+    _, results = probed
+    assert set(results["task"]["client_ids"]) == {"site0", "site1", "site2"}
+    text = repr(results["task"])
+    assert "class_counts" not in text and "num_train" not in text
+
+
+def test_bytes_are_counted_per_client_and_round(probed):
+    _, results = probed
+    for record in results.rounds:
+        assert set(record["bytes"]) == {"site0", "site1", "site2"}
+        for counts in record["bytes"].values():
+            assert counts["down"] > 0 and counts["up"] > 0
+    assert results.final["bytes"]["up"] == sum(
+        c["up"] for r in results.rounds for c in r["bytes"].values()
+    ) + sum(c["up"] for c in results["setup_bytes"].values())
+
+
+class OwnsLoss:
+    """A task loss of its own: a constant, so another plugin's head can be checked to use it."""
+
+    @hookimpl
+    def fedkit_task_loss(self, client, batch, outputs):
+        return outputs["logits"].sum() * 0 + 7.0
+
+
+class UsesTaskLoss:
+    @hookimpl
+    def fedkit_loss_terms(self, client, batch, outputs):
+        return {"uses.aux": client.task_loss(batch, {"logits": outputs["logits"] * 2})}
+
+
+def test_a_plugin_runs_the_task_loss_through_the_hook_chain():
+    results = run(tiny(rounds=1), plugins={"owns": OwnsLoss(), "uses": UsesTaskLoss()})
+    for train in results.rounds[0]["train"].values():
+        assert train["loss.uses.aux"] == pytest.approx(7.0)
+
+
+class FrozenHead:
+    """Gives the head its own optimiser group with a zero learning rate."""
+
+    @hookimpl
+    def fedkit_param_groups(self, client):
+        return [{"params": list(client.model.head.parameters()), "lr_scale": 0.0}]
+
+    @hookimpl
+    def fedkit_round_start(self, client):
+        client.scratch["head"] = client.model.head.weight.detach().clone()
+        client.scratch["body"] = next(client.model.backbone.parameters()).detach().clone()
+
+    @hookimpl
+    def fedkit_client_report(self, client):
+        head = (client.model.head.weight.detach() - client.scratch["head"]).abs().max()
+        body = (next(client.model.backbone.parameters()).detach() - client.scratch["body"]).abs()
+        return {"frozen.head": float(head), "frozen.body": float(body.max())}
+
+
+def test_param_groups_give_parts_of_the_model_their_own_learning_rate():
+    results = run(tiny(rounds=1, optimizer="sgd", momentum=0.0, lr=0.1), plugins={"f": FrozenHead()})
+    for train in results.rounds[0]["train"].values():
+        assert train["frozen.head"] == 0.0
+        assert train["frozen.body"] > 0.0
+
+
+class NoCommonModel:
+    """Clients serve a private head only: the pooled global scope is meaningless."""
+
+    @hookimpl
+    def fedkit_extend_model(self, model, ctx):
+        if ctx.client_id is not None:
+            model.add_extra("own", nn.Linear(model.feature_dim, ctx.task.num_classes), private=True)
+
+    @hookimpl
+    def fedkit_eval_views(self, client):
+        return {"global": None, "own": "own"}
+
+    @hookimpl
+    def fedkit_client_view(self, client):
+        return "own"
+
+
+def test_views_are_additive_and_the_global_scope_can_be_declared_meaningless():
+    results = run(tiny(rounds=1), plugins={"nc": NoCommonModel()})
+    final = results.final
+    assert final["global"] == {}
+    assert set(final["views"]) == {"own"}
+    assert final["clients"] == final["views"]["own"]["clients"]
+    assert final["fairness"]["std"] >= 0
+    assert final["best"]["round"] == 1  # chosen on the clients' mean when there is no global
+
+
+class Buggy:
+    @hookimpl
+    def fedkit_loss_terms(self, client, batch, outputs):
+        raise ZeroDivisionError("a bug in the plugin")
+
+
+def test_a_plugin_bug_on_a_client_is_exit_code_1_with_client_and_round():
+    from fedkit_core.errors import ClientFailure
+
+    with pytest.raises(ClientFailure) as caught:
+        run(tiny(rounds=1), plugins={"buggy": Buggy()})
+    assert caught.value.exit_code == 1
+    assert "client 'site0' failed in round 1" in str(caught.value)
+    assert "ZeroDivisionError" in str(caught.value) and "--debug" in str(caught.value)
+
+
+def test_a_plugin_registered_under_another_name_reads_its_options_under_that_name():
+    import fedkit_fca.plugin as fca
+
+    results = run(tiny(rounds=1, myfca={"l1": 0.0}), plugins={"myfca": fca})
+    assert results["config"]["myfca"]["l1"] == 0.0
+    for train in results.rounds[0]["train"].values():
+        assert train["loss.task"] == 0.0  # l1 = 0 zeroes FCA's federated-head loss
+        assert train["loss.fca.personal"] > 0
+    assert "personal" in results.final["views"]
+
+
+def test_plugin_option_ranges_and_checks_come_before_any_data_is_loaded(tmp_path):
+    missing = {"task": {"name": "npz", "path": str(tmp_path / "missing.npz")}}
+    with pytest.raises(FedkitError, match=">= 0"):
+        run({**missing, "probe": {"term": -1.0}}, plugins={"probe": Ranged()})
+    with pytest.raises(FedkitError, match="needs a segmentation task"):
+        run(missing, plugins={"refuses": Refuses()})
+    with pytest.raises(FedkitError, match="missing.npz"):  # the data error comes after
+        run(missing)
+
+
+class Ranged:
+    @hookimpl
+    def fedkit_options(self):
+        return [Option("term", float, 0.25, "a non-negative weight", min=0.0)]

@@ -263,6 +263,7 @@ def data(
     )
     fed = api.prepare(cfg, plugin_set)
     names = fed.task.class_names
+    infos = {cid: data.info() for cid, data in fed.clients.items()}
     rows = [
         {
             "client": cid,
@@ -271,11 +272,11 @@ def data(
             "test": c.num_test,
             **dict(zip(names, c.class_counts)),
         }
-        for cid, c in fed.task.clients.items()
+        for cid, c in infos.items()
     ]
     unit = "pixels" if fed.task.kind == "segmentation" else "samples"
     console.print(rows_table(rows, f"{cfg['task.name']}: training {unit} per class and client"))
-    console.print(f"heatmap: {plot_partition(fed.task, out)}")
+    console.print(f"heatmap: {plot_partition(fed.task, infos, out)}")
 
 
 from fedkit_core.cli.flower import flower_app  # noqa: E402  (it imports the options above)

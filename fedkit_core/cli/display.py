@@ -65,8 +65,8 @@ class RichProgress(Observer):
 
     def on_round_end(self, record: dict[str, Any]) -> None:
         text = ""
-        if record.get("global"):
-            glob, fair = record["global"], record.get("fairness", {})
+        if "val" in record:
+            glob, fair = record["global"] or record["clients_mean"], record.get("fairness", {})
             main = fair.get("metric") or next(iter(glob))
             text = f"{main} {glob.get(main, float('nan')):.3f}"
             if fair:

@@ -3,7 +3,7 @@
 Every engine delivers the same four messages (``setup``, ``fit``, ``query``, ``evaluate``)
 and gets the same replies, so plugins behave identically in-process and on Flower. The
 client's persistent state (private model entries, optimiser state, plugin state) is
-exported by :meth:`ClientRuntime.state_dict` for checkpoints and Flower's client context.
+exported by :meth:`ClientRuntime.state_dict` for checkpoints and Flower's node state.
 """
 
 from __future__ import annotations
@@ -16,17 +16,23 @@ import torch
 import torch.nn.functional as F
 
 from fedkit_core.config import Config
-from fedkit_core.engines.context import ClientContext, ModelContext, derive_seed
+from fedkit_core.engines.context import ClientContext, ServerContext, derive_seed
 from fedkit_core.errors import FedkitError
-from fedkit_core.messages import Message, Reply, check_arrays, check_scalars
+from fedkit_core.messages import Message, Payload, Reply, check_arrays, check_scalars
 from fedkit_core.metrics.segmentation import per_sample_dice
+from fedkit_core.metrics.statistics import classification_stats, segmentation_stats
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.plugins import PluginSet
 from fedkit_core.tasks.base import SEGMENTATION, ClientData, TaskInfo
 
+#: prefix of the plugin entries (``fedkit_configure_fit``) in a fit message
+PAYLOAD = "payload/"
+#: the setup reply's array of training class counts (sent only when shot groups need them)
+CLASS_COUNTS = "class_counts"
 
-def build_model(plugins: PluginSet, ctx: ModelContext) -> FedModel:
-    """The model for one role: the firstresult builder, then every plugin's extension."""
+
+def build_model(plugins: PluginSet, ctx: ServerContext | ClientContext) -> FedModel:
+    """The model for one party: the exclusive builder, then every plugin's extension."""
     model = plugins.hook.fedkit_build_model(ctx=ctx)
     if not isinstance(model, FedModel):
         raise FedkitError(f"fedkit_build_model returned {type(model).__name__}, not a FedModel")
@@ -34,12 +40,13 @@ def build_model(plugins: PluginSet, ctx: ModelContext) -> FedModel:
     return model
 
 
-def make_optimizer(params: list[torch.nn.Parameter], config: Config) -> torch.optim.Optimizer:
-    kind, lr, wd = config["optimizer"], config["lr"], config["weight_decay"]
-    if kind == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=config["momentum"], weight_decay=wd)
-    cls = torch.optim.Adam if kind == "adam" else torch.optim.AdamW
-    return cls(params, lr=lr, betas=tuple(config["adam_betas"]), weight_decay=wd)
+def merged_views(results: list[Mapping[str, str | None] | None]) -> dict[str, str]:
+    """The evaluation views of one client: plugins' entries win over the built-in's (which
+    come last), and a view mapped to ``None`` is dropped."""
+    views: dict[str, str | None] = {}
+    for part in reversed(results):
+        views.update(part or {})
+    return {name: output for name, output in views.items() if output is not None}
 
 
 class ClientRuntime:
@@ -55,7 +62,10 @@ class ClientRuntime:
         device: torch.device,
     ):
         self.plugins = plugins
-        self.ctx = ClientContext(client_id, task, config, data, device)
+        self.ctx = ClientContext(
+            task, config, device, client_id=client_id, data=data, info=data.info()
+        )
+        self.ctx.hook = plugins.hook
         self.optimizer: torch.optim.Optimizer | None = None
         self.dirty = False  # persistent state changed since the last state_dict()
 
@@ -81,14 +91,16 @@ class ClientRuntime:
     # ------------------------------------------------------------------ setup
 
     def setup(self, message: Message) -> Message:
-        """Receive the server priors; build client priors and the model (once)."""
+        """Receive the server priors; build client priors and the model (once). The reply
+        carries the client's class counts only when the run's shot groups need them."""
         ctx = self.ctx
         ctx.priors = dict(message.arrays)
         for priors in self.hook.fedkit_client_priors(client=ctx):
             ctx.priors.update(priors or {})
         torch.manual_seed(derive_seed(ctx.config["seed"], "model", ctx.id))
-        model_ctx = ModelContext(ctx.task, ctx.config, ctx.id, ctx.priors)
-        ctx.model = build_model(self.plugins, model_ctx).to(ctx.device)
+        ctx.model = build_model(self.plugins, ctx).to(ctx.device)
+        if ctx.config["task.shot_thresholds"]:
+            return Message("setup", {CLASS_COUNTS: torch.tensor(ctx.info.class_counts)})
         return Message("setup")
 
     # ------------------------------------------------------------------ fit
@@ -98,7 +110,9 @@ class ClientRuntime:
         ctx, model = self.ctx, self.ctx.model
         round_, lr = int(message.scalars["round"]), float(message.scalars["lr"])
         ctx.seed_round(round_)
-        model.load_shared(message.arrays)
+        ctx.scratches.clear()
+        ctx.received = _payload(message)
+        model.load_shared({k: v for k, v in message.arrays.items() if not k.startswith(PAYLOAD)})
         self.hook.fedkit_round_start(client=ctx)
         optimizer = self._optimizer(lr)
         clip = ctx.config["grad_clip"]
@@ -109,9 +123,7 @@ class ClientRuntime:
         for epoch in range(ctx.config["local_epochs"]):
             for batch in ctx.batches("train", shuffle=True, augment=True):
                 outputs = model(batch.x)
-                terms = {
-                    "task": self.hook.fedkit_task_loss(client=ctx, batch=batch, outputs=outputs)
-                }
+                terms = {"task": ctx.task_loss(batch, outputs)}
                 for extra in self.hook.fedkit_loss_terms(client=ctx, batch=batch, outputs=outputs):
                     terms.update(extra or {})
                 loss = torch.stack([t.reshape(()) for t in terms.values()]).sum()
@@ -141,12 +153,38 @@ class ClientRuntime:
         )
 
     def _optimizer(self, lr: float) -> torch.optim.Optimizer:
+        """The client's optimiser (built once, or every round unless its state is kept),
+        with every group's learning rate set for this round."""
         if self.optimizer is None:
-            params = [p for p in self.ctx.model.parameters() if p.requires_grad]
-            self.optimizer = make_optimizer(params, self.ctx.config)
+            self.optimizer = self._build_optimizer(lr)
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group.get("lr_scale", 1.0)
         return self.optimizer
+
+    def _build_optimizer(self, lr: float) -> torch.optim.Optimizer:
+        ctx = self.ctx
+        groups: list[dict[str, Any]] = []
+        claimed: set[int] = set()
+        for part in self.hook.fedkit_param_groups(client=ctx):
+            for group in part or ():
+                group = dict(group)
+                group["params"] = [p for p in group["params"] if p.requires_grad]
+                group.setdefault("lr_scale", 1.0)
+                group["lr"] = lr * group["lr_scale"]
+                overlap = claimed & {id(p) for p in group["params"]}
+                if overlap:
+                    raise FedkitError("a parameter is in two optimiser groups (fedkit_param_groups)")
+                claimed |= {id(p) for p in group["params"]}
+                groups.append(group)
+        rest = [p for p in ctx.model.parameters() if p.requires_grad and id(p) not in claimed]
+        groups.insert(0, {"params": rest, "lr": lr, "lr_scale": 1.0})
+        groups = [g for g in groups if g["params"]]
+        optimizer = self.hook.fedkit_optimizer(client=ctx, param_groups=groups)
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise FedkitError(
+                f"fedkit_optimizer returned {type(optimizer).__name__}, not a torch optimiser"
+            )
+        return optimizer
 
     # ------------------------------------------------------------------ query
 
@@ -169,12 +207,23 @@ class ClientRuntime:
     # ------------------------------------------------------------------ evaluate
 
     def evaluate(self, message: Message) -> Message:
-        """Predictions of the global model (and of the client's personal output, if a plugin
-        names one) on the requested splits, as arrays ``<split>/<view>/<probs|dice>``."""
+        """Evaluate every view on the requested splits.
+
+        ``mode=pooled``: predictions go up (``<split>/<view>/probs`` or ``.../dice`` and
+        ``<split>/labels``); ``mode=federated``: only sufficient statistics
+        (``<split>/<view>/<statistic>``). The scalar ``view`` names the view that scores
+        this client.
+        """
         ctx, model = self.ctx, self.ctx.model
         model.load_shared(message.arrays)
-        personal = self.hook.fedkit_personal_output(client=ctx)
-        views = {"global": "logits"} | ({"personal": personal} if personal else {})
+        views = merged_views(self.hook.fedkit_eval_views(client=ctx))
+        served = self.hook.fedkit_client_view(client=ctx) or "global"
+        if served not in views:
+            raise FedkitError(
+                f"client {ctx.id!r} is scored with the view {served!r}, which no plugin "
+                f"evaluates (views: {', '.join(views) or 'none'})"
+            )
+        federated = message.scalars.get("mode") == "federated"
         segmentation = ctx.task.kind == SEGMENTATION
         arrays: dict[str, torch.Tensor] = {}
         model.eval()
@@ -195,28 +244,66 @@ class ClientRuntime:
                             chunks[view].append(F.softmax(out.float(), dim=1).cpu())
                     if not segmentation:
                         chunks["labels"].append(batch.y.cpu())
-                for view, parts in chunks.items():
-                    name = (
-                        f"{split}/labels"
-                        if view == "labels"
-                        else (f"{split}/{view}/{'dice' if segmentation else 'probs'}")
-                    )
-                    arrays[name] = torch.cat(parts)
-        return Message("evaluate", arrays, {"num_examples": len(ctx.data["test"])})
+                arrays.update(self._evaluation_arrays(split, chunks, views, federated))
+        return Message("evaluate", arrays, {"view": served})
+
+    def _evaluation_arrays(
+        self,
+        split: str,
+        chunks: dict[str, list[torch.Tensor]],
+        views: Mapping[str, str],
+        federated: bool,
+    ) -> dict[str, torch.Tensor]:
+        segmentation = self.ctx.task.kind == SEGMENTATION
+        num_classes = self.ctx.task.num_classes
+        out: dict[str, torch.Tensor] = {}
+        labels = torch.cat(chunks["labels"]) if chunks.get("labels") else None
+        if labels is not None and not federated:
+            out[f"{split}/labels"] = labels
+        for view in views:
+            values = (
+                torch.cat(chunks[view])
+                if chunks.get(view)
+                else torch.zeros(0, num_classes, dtype=torch.float32)
+            )
+            if not federated:
+                out[f"{split}/{view}/{'dice' if segmentation else 'probs'}"] = values
+                continue
+            if segmentation:
+                stats = segmentation_stats(values.numpy())
+            else:
+                labels_ = labels if labels is not None else torch.zeros(0, dtype=torch.long)
+                stats = classification_stats(
+                    values.numpy(), labels_.numpy(), self.ctx.config["evaluation_bins"]
+                )
+            for name, value in stats.items():
+                out[f"{split}/{view}/{name}"] = torch.as_tensor(value)
+        return out
 
     # ------------------------------------------------------------------ persistence
 
     def state_dict(self) -> dict[str, Any]:
-        """The client's persistent state: private model entries, optimiser, plugin state."""
+        """The client's persistent state: private model entries, optimiser, plugin state,
+        and the current round's plugin scratch (needed by queries after a fit)."""
         self.dirty = False
         return {
             "private": self.ctx.model.private_state(),
             "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
-            "plugins": self.ctx.state,
+            "plugins": self.ctx.states,
+            "scratch": self.ctx.scratches,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.ctx.model.load_private(state["private"])
-        self.ctx.state = dict(state["plugins"])
+        self.ctx.states = {k: dict(v) for k, v in state["plugins"].items()}
+        self.ctx.scratches = {k: dict(v) for k, v in state.get("scratch", {}).items()}
         if state["optimizer"] is not None:
             self._optimizer(self.ctx.config["lr"]).load_state_dict(state["optimizer"])
+
+
+def _payload(message: Message) -> Payload:
+    """The plugin entries of a fit message (see ``fedkit_configure_fit``)."""
+    return Payload(
+        {k[len(PAYLOAD) :]: v for k, v in message.arrays.items() if k.startswith(PAYLOAD)},
+        {k[len(PAYLOAD) :]: v for k, v in message.scalars.items() if k.startswith(PAYLOAD)},
+    )

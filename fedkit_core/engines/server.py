@@ -7,22 +7,35 @@ calls; the Flower engine wraps them in Flower messages. Everything else is share
 
 from __future__ import annotations
 
+import functools
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.engines.client import build_model
-from fedkit_core.engines.context import ModelContext, ServerContext, derive_seed
+from fedkit_core.engines.client import CLASS_COUNTS, PAYLOAD, build_model
+from fedkit_core.engines.context import ServerContext, derive_seed
 from fedkit_core.errors import ClientFailure, FedkitError
-from fedkit_core.messages import Arrays, Message, Reply, Update, check_arrays
+from fedkit_core.messages import (
+    Arrays,
+    Message,
+    Payload,
+    Reply,
+    Update,
+    check_arrays,
+    check_scalars,
+    message_bytes,
+)
 from fedkit_core.metrics.fairness import fairness
+from fedkit_core.metrics.statistics import add_stats
 from fedkit_core.plugins import PluginSet
-from fedkit_core.tasks.base import TaskInfo
+from fedkit_core.tasks.base import CLASSIFICATION, TaskInfo
+from fedkit_core.tasks.registry import get_task
 
 
 class Transport(Protocol):
@@ -65,6 +78,32 @@ def round_half_up(x: float) -> int:
     return int(math.floor(x + 0.5))
 
 
+def check_plugins(config: Config, plugins: PluginSet) -> None:
+    """Run every plugin's ``fedkit_check`` before any data is loaded (the task is known by
+    name and kind only); all problems are reported together."""
+    spec = get_task(config["task.name"])
+    preview = TaskInfo(config["task.name"], spec.kind, [], 0, ())
+    ctx = ServerContext(preview, config, torch.device("cpu"))
+    problems: list[str] = []
+    for result in plugins.hook.fedkit_check(server=ctx):
+        if result:
+            problems += [result] if isinstance(result, str) else list(result)
+    if problems:
+        raise FedkitError("\n".join(problems))
+
+
+def shot_groups(counts: np.ndarray, thresholds: Sequence[int]) -> dict[str, list[int]]:
+    """Head (> many), medium and tail (< few) classes of pooled training ``counts``."""
+    if len(thresholds) != 2:
+        raise FedkitError("task.shot_thresholds must be [many, few]")
+    many, few = thresholds
+    return {
+        "head": [c for c, n in enumerate(counts) if n > many],
+        "medium": [c for c, n in enumerate(counts) if few <= n <= many],
+        "tail": [c for c, n in enumerate(counts) if n < few],
+    }
+
+
 class Server:
     """Runs the federation over a transport and keeps the per-round records."""
 
@@ -75,8 +114,13 @@ class Server:
         task: TaskInfo,
         device: torch.device,
         observer: Observer | None = None,
+        deployed: bool = False,
     ):
         self.config = config
+        #: evaluation mode: ``evaluation=auto`` is federated when deployed, else pooled
+        self.evaluation = config["evaluation"]
+        if self.evaluation == "auto":
+            self.evaluation = "federated" if deployed else "pooled"
         self.plugins = plugins
         self.task = task
         self.observer = observer or Observer()
@@ -85,6 +129,9 @@ class Server:
         self.events: list[dict[str, Any]] = []
         self.next_round = 1
         self.seconds = 0.0
+        #: bytes sent to ("down") and received from ("up") each client in the current phase
+        self.traffic: dict[str, dict[str, int]] = {}
+        self.setup_traffic: dict[str, dict[str, int]] = {}
 
     @property
     def hook(self) -> Any:
@@ -92,31 +139,44 @@ class Server:
 
     @property
     def client_ids(self) -> list[str]:
-        return list(self.task.clients)
+        return list(self.task.client_ids)
+
+    def send(self, transport: Transport, messages: dict[str, Message]) -> dict[str, Message]:
+        """Deliver ``messages`` and count the bytes each client sent and received."""
+        replies = transport.send(messages)
+        for cid, message in messages.items():
+            counts = self.traffic.setdefault(cid, {"down": 0, "up": 0})
+            counts["down"] += message_bytes(message)
+            if cid in replies:
+                counts["up"] += message_bytes(replies[cid])
+        return replies
 
     # ------------------------------------------------------------------ setup
 
     def setup(self, priors: Arrays | None = None) -> None:
-        """Check plugins, build server priors and the initial global state."""
-        problems: list[str] = []
-        for result in self.hook.fedkit_check(task=self.task, config=self.config):
-            if result:
-                problems += [result] if isinstance(result, str) else list(result)
-        if problems:
-            raise FedkitError("\n".join(problems))
+        """Build server priors and the initial global state (plugins were checked when the
+        run was resolved, see :func:`check_plugins`)."""
         if priors is None:
             priors = {}
-            for part in self.hook.fedkit_server_priors(task=self.task, config=self.config):
+            for part in self.hook.fedkit_server_priors(server=self.ctx):
                 priors.update(check_arrays(dict(part or {}), "fedkit_server_priors"))
         self.ctx.priors = priors
         torch.manual_seed(derive_seed(self.config["seed"], "model", "server"))
-        model = build_model(self.plugins, ModelContext(self.task, self.config, None, priors))
+        model = build_model(self.plugins, self.ctx)
         self.ctx.global_state = model.shared_state()
 
     def setup_clients(self, transport: Transport, ids: Iterable[str]) -> None:
+        """Send the server priors; with ``task.shot_thresholds`` set, the clients' training
+        class counts come back (the only statistic the setup shares) for the shot groups."""
         ids = list(ids)
-        replies = transport.send({cid: Message("setup", self.ctx.priors) for cid in ids})
-        self._failures("setup", 0, replies, required=len(ids))
+        self.traffic = {}
+        replies = self.send(transport, {cid: Message("setup", self.ctx.priors) for cid in ids})
+        self.setup_traffic = self.traffic
+        ok = self._failures("setup", 0, replies, required=len(ids))
+        thresholds = self.config["task.shot_thresholds"]
+        if thresholds and self.task.kind == CLASSIFICATION:
+            counts = sum(replies[cid].arrays[CLASS_COUNTS].numpy() for cid in ok)
+            self.task.shot_groups = shot_groups(np.asarray(counts), thresholds)
 
     # ------------------------------------------------------------------ rounds
 
@@ -140,8 +200,8 @@ class Server:
         ctx.round = rnd
         sampled = sample_clients(self.client_ids, cfg["sample_fraction"], cfg["seed"], rnd)
         self.observer.on_phase(rnd, "train", 0, len(sampled))
-        fit = Message("fit", ctx.global_state, {"round": rnd, "lr": lr_at(cfg, rnd)})
-        replies = transport.send({cid: fit for cid in sampled})
+        self.traffic = {}
+        replies = self.send(transport, {cid: self._fit_message(cid, rnd) for cid in sampled})
         ok = self._failures("fit", rnd, replies, required=self._required(len(sampled)))
         updates = [Update(cid, replies[cid].arrays, replies[cid].scalars) for cid in ok]
         new_state = self.hook.fedkit_aggregate(
@@ -162,7 +222,22 @@ class Server:
         if rnd % cfg["eval_every"] == 0 or rnd == cfg["rounds"]:
             self.observer.on_phase(rnd, "evaluate", 0, len(self.client_ids))
             record.update(self.evaluate(transport, rnd))
+        record["bytes"] = self.traffic
         return record
+
+    def _fit_message(self, cid: str, rnd: int) -> Message:
+        """The global state and round settings, plus what plugins send this client."""
+        payload = Payload()
+        for part in self.hook.fedkit_configure_fit(server=self.ctx, client_id=cid):
+            if part is not None:
+                payload.merge(part, "fedkit_configure_fit")
+        arrays = check_arrays(payload.arrays, "fedkit_configure_fit")
+        scalars = check_scalars(payload.scalars, "fedkit_configure_fit")
+        return Message(
+            "fit",
+            {**self.ctx.global_state, **{PAYLOAD + k: v for k, v in arrays.items()}},
+            {"round": rnd, "lr": lr_at(self.config, rnd), **{PAYLOAD + k: v for k, v in scalars.items()}},
+        )
 
     def _required(self, sampled: int) -> int:
         wanted = self.config["min_clients"]
@@ -179,7 +254,7 @@ class Server:
             cid, msg = next(iter(failed.items()))
             if isinstance(msg.exception, FedkitError):
                 raise msg.exception
-            raise ClientFailure(cid, rnd, msg.error) from msg.exception
+            raise ClientFailure(cid, rnd, msg.error, bug=msg.bug) from msg.exception
         return ok
 
     def _asker(
@@ -198,7 +273,7 @@ class Server:
                 {**(scalars or {}), "query": query, "round": rnd},
             )
             self.observer.on_phase(rnd, query, 0, len(targets))
-            replies = transport.send({cid: message for cid in targets})
+            replies = self.send(transport, {cid: message for cid in targets})
             ok = self._failures(query, rnd, replies, required=self._required(len(targets)))
             return {cid: Reply(replies[cid].arrays, replies[cid].scalars) for cid in ok}
 
@@ -219,55 +294,55 @@ class Server:
     # ------------------------------------------------------------------ evaluation
 
     def evaluate(self, transport: Transport, rnd: int) -> dict[str, Any]:
-        """Every client evaluates the new global model; metrics per split and scope."""
-        message = Message("evaluate", self.ctx.global_state, {"round": rnd, "splits": "val,test"})
-        replies = transport.send({cid: message for cid in self.client_ids})
+        """Every client evaluates the new global model (and its own views); metrics per
+        split, view and scope."""
+        mode = self.evaluation
+        message = Message(
+            "evaluate", self.ctx.global_state, {"round": rnd, "splits": "val,test", "mode": mode}
+        )
+        replies = self.send(transport, {cid: message for cid in self.client_ids})
         ok = self._failures("evaluate", rnd, replies, required=self._required(len(self.client_ids)))
+        served = {cid: str(replies[cid].scalars["view"]) for cid in ok}
         arrays = {cid: {k: v.numpy() for k, v in replies[cid].arrays.items()} for cid in ok}
-        test = self._scopes(arrays, "test")
-        val = self._scopes(arrays, "val")
+        test = self._scopes(arrays, served, "test", mode)
+        val = self._scopes(arrays, served, "val", mode)
         return {**test, "val": val}
 
-    def _scopes(self, arrays: dict[str, dict[str, np.ndarray]], split: str) -> dict[str, Any]:
-        def pick(cid: str, view: str) -> dict[str, np.ndarray] | None:
-            out = {}
-            for key, value in arrays[cid].items():
-                parts = key.split("/")
-                if parts[0] != split:
-                    continue
-                if parts[1] == "labels":
-                    out["labels"] = value
-                elif parts[1] == view:
-                    out[parts[2]] = value
-            return out if any(k != "labels" for k in out) else None
-
-        pooled: dict[str, list[np.ndarray]] = {}
-        clients: dict[str, dict[str, float]] = {}
-        for cid in arrays:
-            own = pick(cid, "global")
-            if own is None:
-                continue
-            for key, value in own.items():
-                pooled.setdefault(key, []).append(value)
-            mine = pick(cid, "personal") or own
-            clients[cid] = self._metrics(mine)
-        glob = self._metrics({k: np.concatenate(v) for k, v in pooled.items()}) if pooled else {}
+    def _scopes(
+        self,
+        arrays: dict[str, dict[str, np.ndarray]],
+        served: dict[str, str],
+        split: str,
+        mode: str,
+    ) -> dict[str, Any]:
+        per_view = _by_view(arrays, split)
+        combine = _sum_stats if mode == "federated" else _concat
+        views: dict[str, Any] = {}
+        for view, clients in per_view.items():
+            scores = {cid: self._metrics(values) for cid, values in clients.items()}
+            views[view] = {"global": self._metrics(combine(list(clients.values()))), "clients": scores}
+        clients_scope = {
+            cid: views[view]["clients"][cid]
+            for cid, view in served.items()
+            if view in views and cid in views[view]["clients"]
+        }
         main = self.task.main_metric
         scopes: dict[str, Any] = {
-            "global": glob,
-            "clients": clients,
-            "clients_mean": _mean_metrics(clients.values()),
-            "fairness": fairness(clients, main),
+            "global": views.get("global", {}).get("global", {}),
+            "clients": clients_scope,
+            "clients_mean": _mean_metrics(clients_scope.values()),
+            "fairness": fairness(clients_scope, main),
+            "views": views,
         }
         summary: dict[str, float] = {}
-        for part in self.hook.fedkit_summary(task=self.task, scopes=scopes):
+        for part in self.hook.fedkit_summary(server=self.ctx, scopes=scopes):
             summary.update(part or {})
         scopes["summary"] = summary
         return scopes
 
-    def _metrics(self, arrays: dict[str, np.ndarray]) -> dict[str, float]:
+    def _metrics(self, arrays: Mapping[str, np.ndarray]) -> dict[str, float]:
         out: dict[str, float] = {}
-        for part in reversed(self.hook.fedkit_metrics(task=self.task, arrays=arrays)):
+        for part in reversed(self.hook.fedkit_metrics(server=self.ctx, arrays=arrays)):
             out.update(part or {})
         return out
 
@@ -278,7 +353,8 @@ class Server:
             "next_round": self.next_round,
             "global_state": self.ctx.global_state,
             "priors": self.ctx.priors,
-            "server_state": self.ctx.state,
+            "server_state": self.ctx.states,
+            "shot_groups": self.task.shot_groups,
             "records": self.records,
             "events": self.events,
             "seconds": self.seconds,
@@ -287,7 +363,8 @@ class Server:
     def restore(self, snap: dict[str, Any]) -> None:
         self.next_round = snap["next_round"]
         self.ctx.global_state = snap["global_state"]
-        self.ctx.state = snap["server_state"]
+        self.ctx.states = snap["server_state"]
+        self.task.shot_groups = snap["shot_groups"]
         self.records = snap["records"]
         self.events = snap["events"]
         self.seconds = snap["seconds"]
@@ -300,3 +377,28 @@ def _mean_metrics(metrics: Iterable[dict[str, float]]) -> dict[str, float]:
         for key, value in m.items():
             collected.setdefault(key, []).append(value)
     return {key: float(np.mean(values)) for key, values in collected.items()}
+
+
+def _by_view(
+    arrays: dict[str, dict[str, np.ndarray]], split: str
+) -> dict[str, dict[str, dict[str, np.ndarray]]]:
+    """``{view: {client id: {name: array}}}`` of one split's evaluation arrays; the labels
+    (pooled mode) go with every view."""
+    out: dict[str, dict[str, dict[str, np.ndarray]]] = defaultdict(dict)
+    for cid, named in arrays.items():
+        labels = named.get(f"{split}/labels")
+        for key, value in named.items():
+            parts = key.split("/")
+            if parts[0] != split or len(parts) != 3:
+                continue
+            entry = out[parts[1]].setdefault(cid, {} if labels is None else {"labels": labels})
+            entry[parts[2]] = value
+    return out
+
+
+def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+
+
+def _sum_stats(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return functools.reduce(add_stats, parts)

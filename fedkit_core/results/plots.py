@@ -31,12 +31,12 @@ def plot_run(results: Mapping[str, Any], directory: Path) -> list[Path]:
     ``clients.png`` (final main metric per client)."""
     plt = _pyplot()
     main = results["task"]["main_metric"]
-    evaluated = [r for r in results["rounds"] if r.get("global")]
+    evaluated = [r for r in results["rounds"] if "val" in r]
     if not evaluated:
         return []
     rounds = [r["round"] for r in evaluated]
     fig, (ax, ax_loss) = plt.subplots(1, 2, figsize=(11, 4))
-    clients = list(results["task"]["clients"])
+    clients = list(results["task"]["client_ids"])
     for cid in clients:
         ys = [r["clients"].get(cid, {}).get(main, np.nan) for r in evaluated]
         ax.plot(rounds, ys, lw=1, alpha=0.6, label=f"client {cid}")
@@ -101,7 +101,7 @@ def plot_runs(runs: Sequence[Mapping[str, Any]], labels: Sequence[str], path: Pa
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for results, label in zip(runs, labels):
         main = results["task"]["main_metric"]
-        evaluated = [r for r in results["rounds"] if r.get("global")]
+        evaluated = [r for r in results["rounds"] if "val" in r]
         rounds = [r["round"] for r in evaluated]
         axes[0].plot(rounds, [r["global"].get(main, np.nan) for r in evaluated], label=label)
         axes[1].plot(rounds, [r["clients_mean"].get(main, np.nan) for r in evaluated], label=label)
@@ -113,11 +113,12 @@ def plot_runs(runs: Sequence[Mapping[str, Any]], labels: Sequence[str], path: Pa
     return save_figure(fig, path)
 
 
-def plot_partition(task: Any, path: Path) -> Path:
-    """Heatmap of training samples (pixels for segmentation) per client and class."""
+def plot_partition(task: Any, infos: Mapping[str, Any], path: Path) -> Path:
+    """Heatmap of training samples (pixels for segmentation) per client and class, from the
+    clients' own statistics (``{client id: ClientInfo}``, as a simulation holds them)."""
     plt = _pyplot()
-    clients = list(task.clients)
-    counts = np.array([task.clients[c].class_counts for c in clients], dtype=float)
+    clients = list(infos)
+    counts = np.array([infos[c].class_counts for c in clients], dtype=float)
     fig, ax = plt.subplots(
         figsize=(max(5, 0.7 * task.num_classes + 2), max(3, 0.45 * len(clients) + 1.5))
     )

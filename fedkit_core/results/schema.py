@@ -1,14 +1,17 @@
 """results.json: the record of a run that other tools read.
 
 Top level: ``status`` (running / complete), ``config`` (resolved), ``plugins`` (name ->
-version), ``task`` (description and clients), ``device``, ``rounds`` (one record per round:
-``round``, ``sampled``, ``train`` losses per client, and on evaluated rounds ``global``,
-``clients``, ``clients_mean``, ``fairness``, ``summary`` on the test split plus the same
-under ``val``), ``events`` (client failures) and ``final``.
+version), ``task`` (description and client ids), ``device``, ``rounds`` (one record per
+round: ``round``, ``sampled``, ``train`` losses per client, ``bytes`` ({client id: {"down",
+"up"}} as serialised), and on evaluated rounds ``global``, ``clients``, ``clients_mean``,
+``fairness``, ``summary``, ``views`` ({view: {"global", "clients"}}) on the test split plus
+the same under ``val``), ``setup_bytes``, ``events`` (client failures) and ``final``.
 
 ``final`` holds the last round's ``global``, ``clients``, ``clients_mean``, ``fairness``
-(``std`` and ``worst`` of the main metric across clients), ``summary``; ``best`` (the round
-with the best pooled validation main metric, and its test scopes) and ``wall_seconds``.
+(``std`` and ``worst`` of the main metric across clients), ``summary``, ``views``; ``best``
+(the round with the best pooled validation main metric, or the best clients' mean where no
+pooled global view exists, and its test scopes), ``bytes`` (totals down and up, setup
+included) and ``wall_seconds``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-SCOPES = ("global", "clients", "clients_mean", "fairness", "summary")
+SCOPES = ("global", "clients", "clients_mean", "fairness", "summary", "views")
 
 
 class Results(dict):
@@ -46,7 +49,33 @@ class Results(dict):
 
 
 def _evaluated(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [r for r in records if r.get("global")]
+    return [r for r in records if "val" in r]
+
+
+def _best(evaluated: Sequence[Mapping[str, Any]], main: str) -> dict[str, Any] | None:
+    """The round with the best validation main metric: pooled, else the clients' mean."""
+    for scope in ("global", "clients_mean"):
+        scored = [r for r in evaluated if main in r["val"].get(scope, {})]
+        if scored:
+            best = max(scored, key=lambda r: (r["val"][scope][main], -r["round"]))
+            return {
+                "round": best["round"],
+                "metric": main,
+                "scope": scope,
+                "val": best["val"][scope],
+                **{k: best.get(k, {}) for k in SCOPES},
+            }
+    return None
+
+
+def traffic_totals(
+    records: Sequence[Mapping[str, Any]], setup: Mapping[str, Mapping[str, int]]
+) -> dict[str, int]:
+    """Bytes sent down and up over the whole run, setup included."""
+    parts = [setup, *(r.get("bytes", {}) for r in records)]
+    return {
+        way: sum(c[way] for part in parts for c in part.values()) for way in ("down", "up")
+    }
 
 
 def build_results(
@@ -59,22 +88,22 @@ def build_results(
     records: Sequence[Mapping[str, Any]],
     events: Sequence[Mapping[str, Any]],
     wall_seconds: float,
+    setup_bytes: Mapping[str, Mapping[str, int]] | None = None,
 ) -> Results:
     main = task["main_metric"]
-    final: dict[str, Any] = {"round": None, "wall_seconds": round(wall_seconds, 3)}
+    setup_bytes = dict(setup_bytes or {})
+    final: dict[str, Any] = {
+        "round": None,
+        "wall_seconds": round(wall_seconds, 3),
+        "bytes": traffic_totals(records, setup_bytes),
+    }
     evaluated = _evaluated(records)
     if evaluated:
         last = evaluated[-1]
         final.update({"round": last["round"], **{k: last.get(k, {}) for k in SCOPES}})
-        scored = [r for r in evaluated if main in r.get("val", {}).get("global", {})]
-        if scored:
-            best = max(scored, key=lambda r: (r["val"]["global"][main], -r["round"]))
-            final["best"] = {
-                "round": best["round"],
-                "metric": main,
-                "val": best["val"]["global"],
-                **{k: best.get(k, {}) for k in SCOPES},
-            }
+        best = _best(evaluated, main)
+        if best is not None:
+            final["best"] = best
     return Results(
         status=status,
         config=dict(config),
@@ -82,6 +111,7 @@ def build_results(
         task=dict(task),
         device=device,
         rounds=list(records),
+        setup_bytes=setup_bytes,
         events=list(events),
         final=final,
     )

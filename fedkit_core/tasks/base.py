@@ -121,7 +121,8 @@ class TaskData:
 
 @dataclass
 class ClientInfo:
-    """What everyone may know about a client: its id and split sizes, train class counts."""
+    """A client's own statistics: its id, split sizes and training class counts. Only the
+    client itself (and a simulation harness holding all the data) has it."""
 
     id: str
     num_train: int
@@ -132,14 +133,18 @@ class ClientInfo:
 
 @dataclass
 class TaskInfo:
-    """The task's description, shared by server and clients (JSON-serialisable)."""
+    """The task's description, shared by server and clients (JSON-serialisable).
+
+    It names the clients but holds none of their statistics (sizes, class counts): each
+    client knows only its own (:class:`ClientInfo`).
+    """
 
     name: str
     kind: str
     class_names: list[str]
     in_channels: int
     image_shape: tuple[int, ...]
-    clients: dict[str, ClientInfo] = field(default_factory=dict)
+    client_ids: list[str] = field(default_factory=list)
     shot_groups: dict[str, list[int]] | None = None
 
     @property
@@ -165,7 +170,6 @@ class TaskInfo:
         data = dict(data)
         data.pop("main_metric", None)
         data["image_shape"] = tuple(data["image_shape"])
-        data["clients"] = {k: ClientInfo(**v) for k, v in data.get("clients", {}).items()}
         return TaskInfo(**data)
 
 

@@ -4,35 +4,35 @@ from __future__ import annotations
 
 import torch
 
-from fedkit_core import Option, hookimpl
+from fedkit_core.plugin import Option, hookimpl
 
-__version__ = "0.1.0"
-NAME = "fedprox"
+__version__ = "0.2.0"
+fedkit_api = 2
 
 
 @hookimpl
 def fedkit_options():
-    return [Option("mu", float, 0.01, "weight of the proximal term mu/2 * ||w - w_global||^2")]
+    return [
+        Option(
+            "mu", float, 0.01, "weight of the proximal term mu/2 * ||w - w_global||^2", min=0.0
+        )
+    ]
 
 
 @hookimpl
 def fedkit_round_start(client):
-    """Remember the received global weights for this round's proximal term."""
-    params = {n: p.detach().clone() for n, p in client.model.named_parameters() if p.requires_grad}
-    client.plugin_state(NAME)["global"] = params
+    """Remember the received global weights for this round's proximal term (in the round's
+    scratch: emptied when the next round starts, never checkpointed)."""
+    client.scratch["global"] = {
+        n: p.detach().clone() for n, p in client.model.named_parameters() if p.requires_grad
+    }
 
 
 @hookimpl
 def fedkit_loss_terms(client, batch, outputs):
-    mu = client.options(NAME)["mu"]
-    anchor = client.plugin_state(NAME)["global"]
+    mu = client.options()["mu"]
+    anchor = client.scratch["global"]
     squared = sum(
         ((p - anchor[n]) ** 2).sum() for n, p in client.model.named_parameters() if n in anchor
     )
-    return {f"{NAME}.proximal": 0.5 * mu * torch.as_tensor(squared)}
-
-
-@hookimpl
-def fedkit_client_report(client):
-    """Drop the round's copy of the global weights: it must not be checkpointed."""
-    client.plugin_state(NAME).pop("global", None)
+    return {"fedprox.proximal": 0.5 * mu * torch.as_tensor(squared)}

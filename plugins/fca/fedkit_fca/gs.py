@@ -19,8 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from fedkit_core.errors import FedkitError
-from fedkit_core.results.compare import markdown_table
+from fedkit_core.plugin import FedkitError, markdown_table
 
 METRICS = ("bacc", "bauc")
 PARTS = ("G", "S", "G&S")

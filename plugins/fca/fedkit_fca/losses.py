@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from fedkit_core.losses import balanced_softmax_ce
+from fedkit_core.plugin import balanced_softmax_ce
 
 PAPER = "paper"
 AUTHORS_CODE = "authors_code"

@@ -9,20 +9,21 @@ size, which only ever sees the shared entries.
 Local loss per batch: ``l1 * BSM(federated) + l2 * BSM(personal) + consistency``.
 Evaluation: generalisation = the global model's federated head on the pooled test set
 (``final.global``); specialisation = each client's model with its personalised head on its
-own test set (``final.clients``, ``final.clients_mean``); their mean in ``final.summary``.
+own test set (the view ``personal``, which scores the clients: ``final.clients``,
+``final.clients_mean``); their mean in ``final.summary``.
 """
 
 from __future__ import annotations
 
 from torch import nn
 
-from fedkit_core import FedkitError, Option, hookimpl
-from fedkit_core.tasks.base import CLASSIFICATION
+from fedkit_core.plugin import CLASSIFICATION, FedkitError, Option, hookimpl
 from fedkit_fca import losses
 
-NAME = "fca"
 #: the model extra holding the personalised head; state entries ``extras.fca_personal.*``
 PERSONAL = "fca_personal"
+#: the evaluation view of the personalised head (specialisation)
+VIEW = "personal"
 #: metrics whose generalisation/specialisation mean goes into the summary (the paper's)
 GS_METRICS = ("bacc", "bauc")
 
@@ -40,7 +41,7 @@ def fedkit_options():
             "ce (no calibration; an ablation). The core `loss` key does not apply to FCA",
             choices=("bsm", "ce"),
         ),
-        Option("eps", float, 1e-9, "eps of the balanced-softmax prior log(n_c / n + eps)"),
+        Option("eps", float, 1e-9, "eps of the balanced-softmax prior log(n_c / n + eps)", min=0.0),
         Option(
             "consistency",
             str,
@@ -56,12 +57,13 @@ def fedkit_options():
             "who teaches whom (Table 8): personal_to_fed (the paper), fed_to_personal, both",
             choices=losses.DIRECTIONS,
         ),
-        Option("consistency_weight", float, 1.0, "weight of the consistency term"),
+        Option("consistency_weight", float, 1.0, "weight of the consistency term", min=0.0),
     ]
 
 
 @hookimpl
-def fedkit_check(task, config):
+def fedkit_check(server):
+    task = server.task
     if task.kind != CLASSIFICATION:
         return f"fca needs a classification task; {task.name!r} is {task.kind}"
     return None
@@ -81,14 +83,14 @@ def fedkit_extend_model(model, ctx):
 
 
 def _log_prior(client):
-    opts = client.options(NAME)
+    opts = client.options()
     return client.log_prior(opts["eps"]) if opts["calibration"] == "bsm" else None
 
 
 @hookimpl
 def fedkit_task_loss(client, batch, outputs):
     """``l1 * BSM(federated head)`` with the client's priors (eps 1e-9 as in the paper)."""
-    return client.options(NAME)["l1"] * losses.head_loss(
+    return client.options()["l1"] * losses.head_loss(
         outputs["logits"], batch.y, _log_prior(client)
     )
 
@@ -96,7 +98,7 @@ def fedkit_task_loss(client, batch, outputs):
 @hookimpl
 def fedkit_loss_terms(client, batch, outputs):
     """``l2 * BSM(personalised head)`` and the weighted consistency term."""
-    opts = client.options(NAME)
+    opts = client.options()
     personal = outputs[PERSONAL]
     terms = {"fca.personal": opts["l2"] * losses.head_loss(personal, batch.y, _log_prior(client))}
     if opts["consistency"] != losses.OFF:
@@ -107,13 +109,19 @@ def fedkit_loss_terms(client, batch, outputs):
 
 
 @hookimpl
-def fedkit_personal_output(client):
-    """Specialisation is evaluated with the client's personalised head."""
-    return PERSONAL
+def fedkit_eval_views(client):
+    """Specialisation: the client's model with its personalised head."""
+    return {VIEW: PERSONAL}
 
 
 @hookimpl
-def fedkit_summary(task, scopes):
+def fedkit_client_view(client):
+    """Each client is scored (per-client scopes, fairness) with its personalised head."""
+    return VIEW
+
+
+@hookimpl
+def fedkit_summary(server, scopes):
     """The paper's headline: the mean of generalisation and specialisation, per metric."""
     glob, spec = scopes.get("global", {}), scopes.get("clients_mean", {})
     return {f"fca.gs_{m}": (glob[m] + spec[m]) / 2 for m in GS_METRICS if m in glob and m in spec}

@@ -15,19 +15,25 @@ from typing import Any
 
 import torch
 
-from fedkit_core import FedkitError, Option, Reply, hookimpl
-from fedkit_core.aggregation import weighted_average
-from fedkit_core.config import Config
-from fedkit_core.engines.context import ClientContext, ServerContext
-from fedkit_core.hookspecs import Ask
-from fedkit_core.messages import Scalar, Update
-from fedkit_core.tasks.base import TaskInfo
+from fedkit_core.plugin import (
+    Ask,
+    ClientContext,
+    FedkitError,
+    Option,
+    Reply,
+    Scalar,
+    ServerContext,
+    Update,
+    hookimpl,
+    weighted_average,
+)
 from fedkit_fed_lwr.cka import ESTIMATORS, MIN_BLOCK
 from fedkit_fed_lwr.layers import DEFAULT_TYPES, deepest_layer, find_layers
 from fedkit_fed_lwr.similarity import MEASURES, layer_similarity
 from fedkit_fed_lwr.weights import DEFAULT_CLIP, client_weights, layer_weights, reaggregate
 
-NAME = "fed-lwr"
+fedkit_api = 2
+
 QUERY = "fed-lwr.cka"
 PREFIX = QUERY + "."
 log = logging.getLogger("fedkit.fed-lwr")
@@ -82,6 +88,7 @@ def fedkit_options() -> list[Option]:
             int,
             1,
             "passes over the split, each shuffled when more than one (the authors' code makes 5)",
+            min=1,
         ),
         Option(
             "estimator",
@@ -100,8 +107,8 @@ def fedkit_options() -> list[Option]:
 
 
 @hookimpl
-def fedkit_check(task: TaskInfo, config: Config) -> list[str]:
-    opts = config.section(NAME)
+def fedkit_check(server: ServerContext) -> list[str]:
+    config, opts = server.config, server.options()
     problems = []
     block = opts["batch_size"] or config["batch_size"]
     if opts["similarity"] == "cka" and block < MIN_BLOCK:
@@ -109,8 +116,6 @@ def fedkit_check(task: TaskInfo, config: Config) -> list[str]:
             f"fed-lwr computes CKA on blocks of at least {MIN_BLOCK} samples; set "
             f"fed-lwr.batch_size={MIN_BLOCK} or more (now {block})"
         )
-    if opts["passes"] < 1:
-        problems.append(f"fed-lwr.passes must be at least 1, got {opts['passes']}")
     clip = opts["clip"]
     if len(clip) != 2 or not 0 <= clip[0] <= clip[1] < 1:
         problems.append(f"fed-lwr.clip must be [low, high] with 0 <= low <= high < 1, got {clip}")
@@ -127,7 +132,7 @@ def fedkit_aggregate(
     server: ServerContext, updates: Sequence[Update], ask: Ask
 ) -> dict[str, torch.Tensor]:
     """Uniform anchor -> clients' per-layer similarities -> layer-wise re-aggregation."""
-    opts = server.options(NAME)
+    opts = server.options()
     states = [u.arrays for u in updates]
     anchor = weighted_average(states, [1.0] * len(states))
     replies = ask(QUERY, arrays=anchor)
@@ -200,7 +205,7 @@ def _report(
 
 
 def _warn_once(server: ServerContext, ids: list[str], similarities: list[dict[str, float]]) -> None:
-    state = server.state.setdefault(NAME, {})
+    state = server.state
     if state.get("warned"):
         return
     state["warned"] = True
@@ -233,7 +238,7 @@ def fedkit_answer_query(
     """Per-layer similarity between this client's trained model and the anchor."""
     if query != QUERY:
         return None
-    opts = client.options(NAME)
+    opts = client.options()
     model = client.model
     split = opts["split"]
     if len(client.data[split]) == 0:

@@ -6,8 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from fedkit_core.aggregation import average_entry
-from fedkit_core.messages import Arrays
+from fedkit_core.plugin import Arrays, average_entry
 from fedkit_fed_lwr.layers import assign
 
 #: The authors' clipping of the similarity before it becomes a weight.

@@ -17,17 +17,21 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-import fedkit_core.builtins.losses as builtin_losses
-from fedkit_core import FedkitError, Option, hookimpl
-from fedkit_core.aggregation import weighted_average
-from fedkit_core.engines.context import derive_seed
-from fedkit_core.priors import check_source, encoder_feature_dim, frozen_encoder
-from fedkit_core.tasks.base import CLASSIFICATION
+from fedkit_core.plugin import (
+    CLASSIFICATION,
+    FedkitError,
+    Option,
+    check_source,
+    derive_seed,
+    encoder_feature_dim,
+    frozen_encoder,
+    hookimpl,
+    weighted_average,
+)
 from fedkit_fed_mas.mas import add_per_class, prior_distance, projector, rescue_factor
 
-fedkit_api = 1
+fedkit_api = 2
 
-NAME = "fed-mas"
 ENCODER = "fed-mas.encoder"  # client prior
 CACHE = "fed-mas.prior-cache"  # client prior: the encoder's features of the training samples
 PROJECTOR = "fed-mas-projector"  # model extra, fed with the backbone's features
@@ -57,9 +61,11 @@ def fedkit_options():
             "checkpoint path or URL of the prior (open_clip: also a pretrained tag); "
             "'random' for smoke tests only",
         ),
-        Option("prior_image_size", int, None, "input side of the prior (default: its own)"),
+        Option(
+            "prior_image_size", int, None, "input side of the prior (default: its own)", min=1
+        ),
         Option("prior_prefix", str, None, "key prefix of the prior in its checkpoint (auto)"),
-        Option("lambda_f", float, 3.0, "weight of the prior-distance (KD) loss"),
+        Option("lambda_f", float, 3.0, "weight of the prior-distance (KD) loss", min=0.0),
         Option(
             "aux_head",
             bool,
@@ -73,7 +79,9 @@ def fedkit_options():
             "mas: weights RF_c / sum RF; fedavg: KD term only, FedAvg aggregation (ablation)",
             choices=("mas", "fedavg"),
         ),
-        Option("projector_hidden", int, None, "projector hidden width (default: feature size)"),
+        Option(
+            "projector_hidden", int, None, "projector hidden width (default: feature size)", min=1
+        ),
         Option(
             "cache_prior",
             bool,
@@ -85,8 +93,8 @@ def fedkit_options():
 
 
 @hookimpl
-def fedkit_check(task, config):
-    opts = config.section(NAME)
+def fedkit_check(server):
+    task, config, opts = server.task, server.config, server.options()
     problems = []
     if task.kind != CLASSIFICATION:
         problems.append(f"fed-mas needs a classification task; {task.name!r} is {task.kind}")
@@ -114,7 +122,7 @@ def fedkit_check(task, config):
 
 @hookimpl
 def fedkit_client_priors(client):
-    opts = client.options(NAME)
+    opts = client.options()
     weights = None if opts["prior_weights"] == RANDOM else opts["prior_weights"]
     with torch.random.fork_rng(devices=[]):  # a random prior: the same on every client
         torch.manual_seed(derive_seed(client.config["seed"], "fed-mas.prior"))
@@ -129,7 +137,7 @@ def fedkit_client_priors(client):
 
 @hookimpl
 def fedkit_extend_model(model, ctx):
-    opts = ctx.config.section(NAME)
+    opts = ctx.options()
     if model.feature_dim is None:
         raise FedkitError("fed-mas needs a model with a pooled feature (backbone -> head)")
     encoder = ctx.priors.get(ENCODER)
@@ -147,9 +155,9 @@ def fedkit_extend_model(model, ctx):
 @hookimpl
 def fedkit_round_start(client):
     """Reset ``w_hat``; measure ``w_k`` with the received global model (MAS only)."""
-    state = client.plugin_state(NAME)
-    state["w_hat_sum"], state["w_hat_count"] = _zeros(client)
-    if client.options(NAME)["aggregation"] != "mas":
+    scratch = client.scratch
+    scratch["w_hat_sum"], scratch["w_hat_count"] = _zeros(client)
+    if client.options()["aggregation"] != "mas":
         return
     model = client.model
     sums, counts = _zeros(client)
@@ -160,39 +168,38 @@ def fedkit_round_start(client):
             distance = prior_distance(model(batch.x)[PROJECTOR], _prior_features(client, batch))
             add_per_class(sums, counts, distance, batch.y)
     model.train(was_training)
-    state["w_sum"], state["w_count"] = sums, counts
+    scratch["w_sum"], scratch["w_count"] = sums, counts
 
 
 @hookimpl
 def fedkit_loss_terms(client, batch, outputs):
-    opts, state = client.options(NAME), client.plugin_state(NAME)
+    opts, scratch = client.options(), client.scratch
     projection = outputs[PROJECTOR]
     distance = prior_distance(projection, _prior_features(client, batch))
-    add_per_class(state["w_hat_sum"], state["w_hat_count"], distance, batch.y)
+    add_per_class(scratch["w_hat_sum"], scratch["w_hat_count"], distance, batch.y)
     terms = {"fed-mas.kd": opts["lambda_f"] * distance.mean()}
     if opts["aux_head"]:
         aux_logits = client.model.extras[AUX](projection)
-        # the same supervised loss as the main head (the `loss` key: BSM in the paper)
-        terms["fed-mas.aux"] = builtin_losses.fedkit_task_loss(
-            client=client, batch=batch, outputs={"logits": aux_logits}
-        )
+        # the same supervised loss as the main head, through the hook chain: the `loss` key
+        # (BSM in the paper), or whichever active plugin owns the task loss
+        terms["fed-mas.aux"] = client.task_loss(batch, {"logits": aux_logits})
     return terms
 
 
 @hookimpl
 def fedkit_client_report(client):
-    if client.options(NAME)["aggregation"] != "mas":
+    if client.options()["aggregation"] != "mas":
         return None
-    state = client.plugin_state(NAME)
-    present = (state["w_count"] > 0) & (state["w_hat_count"] > 0)
-    w = state["w_sum"] / state["w_count"].clamp_min(1)
-    w_hat = state["w_hat_sum"] / state["w_hat_count"].clamp_min(1)
+    scratch = client.scratch
+    present = (scratch["w_count"] > 0) & (scratch["w_hat_count"] > 0)
+    w = scratch["w_sum"] / scratch["w_count"].clamp_min(1)
+    w_hat = scratch["w_hat_sum"] / scratch["w_hat_count"].clamp_min(1)
     return {RF: rescue_factor(w.cpu(), w_hat.cpu(), present.cpu())}
 
 
 @hookimpl
 def fedkit_aggregate(server, updates, ask):
-    if server.options(NAME)["aggregation"] != "mas":
+    if server.options()["aggregation"] != "mas":
         return None
     factors = []
     for update in updates:

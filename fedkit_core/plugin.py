@@ -1,0 +1,67 @@
+"""Everything a method plugin may use, in one public module (hook API 2).
+
+A plugin imports from here (or from :mod:`fedkit_core`) and nothing else of fedkit's;
+the modules behind these names may move between releases, these names do not::
+
+    from fedkit_core.plugin import ClientContext, Option, hookimpl
+
+    @hookimpl
+    def fedkit_options():
+        return [Option("mu", float, 0.01, "proximal weight", min=0.0)]
+
+    @hookimpl
+    def fedkit_loss_terms(client: ClientContext, batch, outputs):
+        ...  # client.options()["mu"]: this plugin's options, under its registered name
+
+The hooks themselves are documented in :mod:`fedkit_core.hookspecs`.
+"""
+
+from __future__ import annotations
+
+from fedkit_core.aggregation import average_entry, weighted_average
+from fedkit_core.config import Config
+from fedkit_core.engines.context import ClientContext, ServerContext, derive_seed
+from fedkit_core.errors import FedkitError
+from fedkit_core.hookspecs import API_VERSION, Ask, hookimpl
+from fedkit_core.losses import balanced_softmax_ce, dice_loss, log_prior
+from fedkit_core.messages import Arrays, Payload, Reply, Scalar, Update
+from fedkit_core.models.fedmodel import FedModel
+from fedkit_core.options import Option
+from fedkit_core.plugins import plugin_scope
+from fedkit_core.results.compare import markdown_table
+from fedkit_core.priors import FrozenEncoder, check_source, encoder_feature_dim, frozen_encoder
+from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION, Batch, ClientInfo, TaskInfo
+
+__all__ = [
+    "API_VERSION",
+    "Arrays",
+    "Ask",
+    "Batch",
+    "CLASSIFICATION",
+    "ClientContext",
+    "ClientInfo",
+    "Config",
+    "FedModel",
+    "FedkitError",
+    "FrozenEncoder",
+    "Option",
+    "Payload",
+    "Reply",
+    "SEGMENTATION",
+    "Scalar",
+    "ServerContext",
+    "TaskInfo",
+    "Update",
+    "average_entry",
+    "balanced_softmax_ce",
+    "check_source",
+    "derive_seed",
+    "dice_loss",
+    "encoder_feature_dim",
+    "frozen_encoder",
+    "hookimpl",
+    "log_prior",
+    "markdown_table",
+    "plugin_scope",
+    "weighted_average",
+]
