@@ -65,7 +65,7 @@ CORE_OPTIONS: tuple[Option, ...] = (
         "task loss (auto: ce for classification, dice for segmentation)",
         choices=("auto", "ce", "bsm", "dice", "dice_ce"),
     ),
-    Option("model", str, "auto", "cnn, unet, a CIFAR resnet20..110, or any timm model name"),
+    Option("model", str, "auto", "cnn, unet, resnet20..110, timm name, or user module:factory"),
     Option("pretrained", bool, False, "load the timm model's pretrained weights (needs the hub)"),
     Option("model_weights", str, None, "path of a checkpoint to initialise the backbone from"),
     Option("unet_channels", "list[int]", [16, 32, 64, 128], "U-Net channels per level"),

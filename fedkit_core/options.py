@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fedkit_core.errors import FedkitError
 
 _SCALARS = {"int": int, "float": float, "bool": bool, "str": str}
-_TYPES = {*_SCALARS, "list[int]", "list[float]", "list[str]", "dict"}
+_NUMERIC = {"int", "float", "list[int]", "list[float]"}
+_TYPES = {*_SCALARS, *_NUMERIC, "list[str]", "dict"}
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,9 @@ class Option:
 
     ``type`` is one of ``int``, ``float``, ``bool``, ``str``, ``list[int]``,
     ``list[float]``, ``list[str]``, ``dict`` (a Python type or its name). A default of
-    ``None`` makes the option nullable. ``choices`` restricts the allowed values.
+    ``None`` makes the option nullable. ``choices`` restricts the allowed values; ``min`` and
+    ``max`` are inclusive bounds of a number (of each item of a list), checked when the config
+    is resolved, before any data is loaded.
     """
 
     name: str
@@ -27,22 +30,38 @@ class Option:
     help: str = ""
     choices: Sequence[Any] | None = None
     nullable: bool = False
+    min: float | None = None
+    max: float | None = None
 
     def __post_init__(self) -> None:
         kind = self.type.__name__ if isinstance(self.type, type) else str(self.type)
         if kind not in _TYPES:
             raise ValueError(f"option {self.name!r}: unsupported type {self.type!r}")
         object.__setattr__(self, "type", kind)
+        if (self.min is not None or self.max is not None) and kind not in _NUMERIC:
+            raise ValueError(f"option {self.name!r}: min/max need a numeric type, not {kind}")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"option {self.name!r}: min {self.min} is above max {self.max}")
         if self.default is None:
             object.__setattr__(self, "nullable", True)
         elif self.default is not None:
             object.__setattr__(self, "default", self.coerce(self.default, self.name))
 
+    def renamed(self, name: str) -> Option:
+        """This option under another key (e.g. namespaced ``<plugin>.<name>``), all else kept."""
+        return replace(self, name=name)
+
     def describe(self) -> str:
-        """``type`` (with choices) as shown in help and error messages."""
+        """``type`` (with choices and range) as shown in help and error messages."""
         kind = self.type + (" or null" if self.nullable else "")
         if self.choices:
             kind = " | ".join(map(str, self.choices))
+        if self.min is not None and self.max is not None:
+            kind += f" in [{_number(self.min)}, {_number(self.max)}]"
+        elif self.min is not None:
+            kind += f" >= {_number(self.min)}"
+        elif self.max is not None:
+            kind += f" <= {_number(self.max)}"
         return kind
 
     def coerce(self, value: Any, key: str) -> Any:
@@ -69,7 +88,24 @@ class Option:
                 f"config key {key!r} must be one of {', '.join(map(str, self.choices))}; "
                 f"got {result!r}"
             )
+        if self.min is not None or self.max is not None:
+            for number in result if isinstance(result, list) else (result,):
+                self._check_range(number, key)
         return result
+
+    def _check_range(self, value: float, key: str) -> None:
+        if self.min is not None and value < self.min:
+            bound = f">= {_number(self.min)}"
+        elif self.max is not None and value > self.max:
+            bound = f"<= {_number(self.max)}"
+        else:
+            return
+        raise FedkitError(f"config key {key!r} must be {bound}, got {_number(value)}")
+
+
+def _number(value: float) -> str:
+    """``-1`` rather than ``-1.0`` in messages: whole floats print as integers."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
 def _coerce_scalar(value: Any, kind: type, key: str) -> Any:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fedkit_core import FedkitError, resolve_config
+from fedkit_core import FedkitError, Option, resolve_config
 from fedkit_core.config import CORE_OPTIONS, load_yaml, parse_sets, resolve
 
 
@@ -70,3 +70,41 @@ def test_unknown_task_and_plugin_are_user_errors():
         resolve_config({"plugins": ["no-such-method"]})
     with pytest.raises(FedkitError, match="is for segmentation"):
         resolve_config({"loss": "dice"})
+
+
+def test_option_ranges_are_inclusive_and_checked_per_list_item():
+    opt = Option("lambda_f", float, 0.5, min=0, max=1)
+    assert opt.coerce("0", "k") == 0.0 and opt.coerce(1, "k") == 1.0
+    with pytest.raises(FedkitError, match=r"^config key 'fed-mas.lambda_f' must be >= 0, got -1$"):
+        opt.coerce(-1, "fed-mas.lambda_f")
+    with pytest.raises(FedkitError, match="must be <= 1, got 1.5"):
+        opt.coerce("1.5", "k")
+    items = Option("sizes", "list[int]", [1], min=1)
+    assert items.coerce("[1, 2]", "k") == [1, 2]
+    with pytest.raises(FedkitError, match="'k' must be >= 1, got 0"):
+        items.coerce([3, 0], "k")
+    assert Option("n", int, None, min=1).coerce(None, "k") is None
+
+
+def test_option_ranges_show_in_describe():
+    assert Option("a", float, 0.5, min=0, max=1).describe() == "float in [0, 1]"
+    assert Option("a", int, None, min=1).describe() == "int or null >= 1"
+    assert Option("a", "list[float]", [], max=2.5).describe() == "list[float] <= 2.5"
+
+
+def test_bad_option_ranges_are_caught_where_declared():
+    with pytest.raises(ValueError, match="numeric type"):
+        Option("a", str, "x", min=0)
+    with pytest.raises(ValueError, match="above max"):
+        Option("a", int, 1, min=2, max=1)
+    with pytest.raises(FedkitError, match="must be >= 0"):
+        Option("a", int, -1, min=0)
+
+
+def test_renamed_option_keeps_every_field_and_its_range_applies_when_resolving():
+    opt = Option("lam", float, 0.5, "weight", min=0, max=1)
+    named = opt.renamed("probe.lam")
+    assert named == Option("probe.lam", float, 0.5, "weight", min=0, max=1)
+    assert resolve([{"probe.lam": 0.25}], [named])["probe.lam"] == 0.25
+    with pytest.raises(FedkitError, match="'probe.lam' must be <= 1, got 2"):
+        resolve([{"probe.lam": 2}], [named])

@@ -1,4 +1,5 @@
-"""Models: :class:`FedModel` and the built-in builder behind the ``model`` config key."""
+"""Models: :class:`FedModel` and the builder behind the ``model`` config key (built-in names,
+timm, or a user factory ``module:factory``, see :mod:`fedkit_core.models.user`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from fedkit_core.models.networks import (
     timm_backbone,
     unet,
 )
+from fedkit_core.models.user import build_user_model, is_user_model
 from fedkit_core.tasks.base import SEGMENTATION, TaskInfo
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "SmallCNN",
     "build_backbone",
     "build_model",
+    "build_user_model",
     "load_state_file",
     "load_weights",
 ]
@@ -51,8 +54,11 @@ def build_model(
     weights: str | None = None,
     unet_channels: tuple[int, ...] = (16, 32, 64, 128),
 ) -> FedModel:
-    """The built-in model for ``task``: backbone + linear head, or a U-Net for segmentation."""
+    """The model for ``task``: backbone + linear head, a U-Net for segmentation, or the
+    user factory ``name = "module:factory"``."""
     name = resolve_name(name, task)
+    if is_user_model(name):
+        return build_user_model(task, name, pretrained, weights)
     if task.kind == SEGMENTATION:
         if name != "unet":
             from fedkit_core.errors import FedkitError
