@@ -21,8 +21,16 @@ import torch.nn.functional as F
 
 from fedkit_core import run
 from fedkit_core.api import prepare, resolve_config
-from fedkit_core.engines.client import make_optimizer
 from fedkit_core.models import build_model
+
+
+def bare_optimizer(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
+    """The optimiser the config names, built directly (what a plain script does)."""
+    params, lr, wd = model.parameters(), cfg["lr"], cfg["weight_decay"]
+    if cfg["optimizer"] == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=cfg["momentum"], weight_decay=wd)
+    cls = torch.optim.Adam if cfg["optimizer"] == "adam" else torch.optim.AdamW
+    return cls(params, lr=lr, betas=tuple(cfg["adam_betas"]), weight_decay=wd)
 
 
 def bare_loop(config: dict) -> float:
@@ -38,7 +46,7 @@ def bare_loop(config: dict) -> float:
         for cid, data in fed.clients.items():
             model = models[cid]
             model.load_state_dict(global_model.state_dict())
-            optimizer = make_optimizer(list(model.parameters()), cfg)
+            optimizer = bare_optimizer(model, cfg)
             model.train()
             train = data["train"]
             order = torch.randperm(len(train))

@@ -28,8 +28,8 @@ from fedkit_core.messages import Arrays, Payload, Reply, Scalar, Update
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.options import Option
 from fedkit_core.plugins import plugin_scope
-from fedkit_core.results.compare import markdown_table
 from fedkit_core.priors import FrozenEncoder, check_source, encoder_feature_dim, frozen_encoder
+from fedkit_core.results.compare import markdown_table
 from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION, Batch, ClientInfo, TaskInfo
 
 __all__ = [

@@ -14,7 +14,7 @@ import importlib
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points, version
 from typing import Any
 
@@ -198,7 +198,7 @@ class PluginSet:
         out: list[Option] = []
         for impl in self.pm.hook.fedkit_options.get_hookimpls():
             for opt in impl.function() or ():
-                out.append(replace(opt, name=f"{impl.plugin_name}.{opt.name}"))
+                out.append(opt.renamed(f"{impl.plugin_name}.{opt.name}"))
         return out
 
     def run_versions(self) -> dict[str, str]:

@@ -13,6 +13,8 @@ def fedkit_optimizer(client, param_groups):
     cfg = client.config
     kind, wd = cfg["optimizer"], cfg["weight_decay"]
     if kind == "sgd":
-        return torch.optim.SGD(param_groups, lr=cfg["lr"], momentum=cfg["momentum"], weight_decay=wd)
+        return torch.optim.SGD(
+            param_groups, lr=cfg["lr"], momentum=cfg["momentum"], weight_decay=wd
+        )
     cls = torch.optim.Adam if kind == "adam" else torch.optim.AdamW
     return cls(param_groups, lr=cfg["lr"], betas=tuple(cfg["adam_betas"]), weight_decay=wd)

@@ -173,7 +173,9 @@ class ClientRuntime:
                 group["lr"] = lr * group["lr_scale"]
                 overlap = claimed & {id(p) for p in group["params"]}
                 if overlap:
-                    raise FedkitError("a parameter is in two optimiser groups (fedkit_param_groups)")
+                    raise FedkitError(
+                        "a parameter is in two optimiser groups (fedkit_param_groups)"
+                    )
                 claimed |= {id(p) for p in group["params"]}
                 groups.append(group)
         rest = [p for p in ctx.model.parameters() if p.requires_grad and id(p) not in claimed]

@@ -236,7 +236,11 @@ class Server:
         return Message(
             "fit",
             {**self.ctx.global_state, **{PAYLOAD + k: v for k, v in arrays.items()}},
-            {"round": rnd, "lr": lr_at(self.config, rnd), **{PAYLOAD + k: v for k, v in scalars.items()}},
+            {
+                "round": rnd,
+                "lr": lr_at(self.config, rnd),
+                **{PAYLOAD + k: v for k, v in scalars.items()},
+            },
         )
 
     def _required(self, sampled: int) -> int:
@@ -320,7 +324,10 @@ class Server:
         views: dict[str, Any] = {}
         for view, clients in per_view.items():
             scores = {cid: self._metrics(values) for cid, values in clients.items()}
-            views[view] = {"global": self._metrics(combine(list(clients.values()))), "clients": scores}
+            views[view] = {
+                "global": self._metrics(combine(list(clients.values()))),
+                "clients": scores,
+            }
         clients_scope = {
             cid: views[view]["clients"][cid]
             for cid, view in served.items()

@@ -73,9 +73,7 @@ def traffic_totals(
 ) -> dict[str, int]:
     """Bytes sent down and up over the whole run, setup included."""
     parts = [setup, *(r.get("bytes", {}) for r in records)]
-    return {
-        way: sum(c[way] for part in parts for c in part.values()) for way in ("down", "up")
-    }
+    return {way: sum(c[way] for part in parts for c in part.values()) for way in ("down", "up")}
 
 
 def build_results(
