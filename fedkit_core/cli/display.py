@@ -81,7 +81,7 @@ _SHORT = {"f1_macro": "f1", "head_acc": "head", "medium_acc": "medium", "tail_ac
 def results_table(results: Mapping[str, Any], title: str) -> Table:
     """Final metrics of a run: global, clients mean and each client."""
     final = results["final"]
-    metrics = list(final.get("global", {}))
+    metrics = list(final.get("global") or final.get("clients_mean", {}))
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
     table.add_column("scope")
     for m in metrics:
@@ -108,9 +108,18 @@ def print_run(console: Console, results: Mapping[str, Any]) -> None:
             f"(client {fair['worst_client']})"
         )
     if best:
+        scope = best.get("scope", "global")
         console.print(
             f"best round on validation: {best['round']} "
-            f"(test {main} {best['global'].get(main, float('nan')):.4f})"
+            f"(test {main} {best[scope].get(main, float('nan')):.4f}, {scope})"
+        )
+    traffic = final.get("bytes")
+    if traffic and results["rounds"]:
+        per_round = {k: v / len(results["rounds"]) for k, v in traffic.items()}
+        console.print(
+            f"traffic: {_megabytes(traffic['down'])} down, {_megabytes(traffic['up'])} up "
+            f"({_megabytes(per_round['down'])} / {_megabytes(per_round['up'])} per round, "
+            "all clients)"
         )
     for event in results.get("events", []):
         console.print(
@@ -118,6 +127,10 @@ def print_run(console: Console, results: Mapping[str, Any]) -> None:
             f"{event['phase']}: {event['error']}"
         )
     console.print(f"status {results['status']}; wall time {final['wall_seconds']:.1f} s")
+
+
+def _megabytes(n: float) -> str:
+    return f"{n / 1e6:.2f} MB"
 
 
 def rows_table(rows: Sequence[Mapping[str, Any]], title: str = "") -> Table:
