@@ -5,6 +5,7 @@ import pytest
 
 from fedkit_core import FedkitError, resolve_config, run
 from fedkit_core.api import prepare
+from fedkit_core.tasks import npz, npz_seg
 from fedkit_core.tasks.registry import all_tasks
 from fedkit_core.testing import shared_data, tiny
 
@@ -28,17 +29,10 @@ def write_npz(path, **arrays):
 
 
 def test_npz_classification_with_grey_and_rgb_images(tmp_path):
-    rng = np.random.default_rng(0)
-    for shape in ((40, 8, 8), (40, 8, 8, 3)):
-        path = write_npz(
-            tmp_path / "d.npz",
-            train_images=rng.integers(0, 255, shape, dtype=np.uint8),
-            train_labels=rng.integers(0, 3, (40, 1)),
-            test_images=rng.integers(0, 255, shape, dtype=np.uint8)[:12],
-            test_labels=rng.integers(0, 3, 12),
-        )
+    for channels in (1, 3):
+        path = str(npz.write_fake(tmp_path / str(channels), train=40, test=12, channels=channels))
         fed = prepare(*resolve_config({"task": {"name": "npz", "path": path}, "clients": 2}))
-        assert fed.task.in_channels == (1 if len(shape) == 3 else 3)
+        assert fed.task.in_channels == channels
         assert sum(c.num_test for c in fed.task.clients.values()) == 12
 
 
@@ -144,15 +138,7 @@ def test_npz_path_missing_names_the_expected_layout(tmp_path):
 
 
 def test_npz_seg_sites_and_splits_from_arrays(tmp_path):
-    rng = np.random.default_rng(0)
-    n = 30
-    path = write_npz(
-        tmp_path / "s.npz",
-        images=rng.integers(0, 255, (n, 16, 16, 3), dtype=np.uint8),
-        masks=rng.integers(0, 2, (n, 16, 16)),
-        site=np.array(["A"] * 20 + ["B"] * 10),
-        split=np.array((["train"] * 15 + ["test"] * 5) + ["train"] * 10),
-    )
+    path = str(npz_seg.write_fake(tmp_path, sites={"A": (15, 5), "B": (10, 0)}))
     fed = prepare(*resolve_config({"task": {"name": "npz-seg", "path": path}}))
     assert set(fed.task.clients) == {"A", "B"}
     assert fed.task.clients["A"].num_test == 5

@@ -27,7 +27,7 @@ from fedkit_core.options import Option
 from fedkit_core.results.store import write_torch
 from fedkit_core.tasks.base import Normalizer, Split, TaskData
 from fedkit_core.tasks.files import warn
-from fedkit_core.tasks.loading import fit_normalizer
+from fedkit_core.tasks.normalize import fit_normalizer
 
 CACHE_ENV = "FEDKIT_CACHE"
 DATA_CACHE_DIR = ".fedkit-cache"

@@ -8,11 +8,14 @@ order, which the papers' code uses); class names are readable versions of the fo
 names, in label order, for methods that prompt a language model with them (FedCB).
 A tree without split folders gets a stratified test fold (``task.fold`` of 5, fixed
 seed); val is carved from train by the partitioner.
+
+Each such data set's module (hyperkvasir, oct_c8, kvasir_v2, pneumonia) states its
+:class:`FolderSet` and spec and calls :func:`load`; this module is what they share.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,22 +24,35 @@ import torch
 
 from fedkit_core.config import Config
 from fedkit_core.errors import FedkitError
-from fedkit_core.tasks import files
-from fedkit_core.tasks.augment import attach
+from fedkit_core.options import Option
+from fedkit_core.tasks import fakes, files
+from fedkit_core.tasks.augment import AUGMENT_OPTION, attach
 from fedkit_core.tasks.base import CLASSIFICATION, Split, TaskData
-from fedkit_core.tasks.cache import cached
+from fedkit_core.tasks.cache import CACHE_OPTION, cached
+from fedkit_core.tasks.spec import TaskSpec
 
 VERSION = 1
 FOLDS = 5
 FOLD_SEED = 2023
 SPLIT_NAMES = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
 
+FOLD = Option(
+    "fold",
+    int,
+    0,
+    "test fold of a stratified 5-fold split when there are no split folders",
+    choices=(0, 1, 2, 3, 4),
+)
+#: the ``task.*`` options of every class-folder task
+OPTIONS = (CACHE_OPTION, AUGMENT_OPTION, FOLD)
+#: globs that show class folders of images are there (the tasks' ``markers``)
+MARKERS = ("*/*/*.jp*g", "*/*/*.png", "*/*/*/*.jp*g", "*/*/*/*.png")
+
 
 @dataclass(frozen=True)
 class FolderSet:
     """What a class-folder data set looks like and how it is prepared."""
 
-    task: str
     channels: int
     size: int
     #: the class folders a complete copy holds (others are accepted with a warning)
@@ -49,101 +65,14 @@ class FolderSet:
         return self.names.get(folder, folder.replace("-", " ").replace("_", " "))
 
 
-HYPERKVASIR = FolderSet(
-    task="hyperkvasir",
-    channels=3,
-    size=224,
-    classes=(
-        "barretts",
-        "barretts-short-segment",
-        "bbps-0-1",
-        "bbps-2-3",
-        "cecum",
-        "dyed-lifted-polyps",
-        "dyed-resection-margins",
-        "esophagitis-a",
-        "esophagitis-b-d",
-        "hemorrhoids",
-        "ileum",
-        "impacted-stool",
-        "polyps",
-        "pylorus",
-        "retroflex-rectum",
-        "retroflex-stomach",
-        "ulcerative-colitis-grade-0-1",
-        "ulcerative-colitis-grade-1",
-        "ulcerative-colitis-grade-1-2",
-        "ulcerative-colitis-grade-2",
-        "ulcerative-colitis-grade-2-3",
-        "ulcerative-colitis-grade-3",
-        "z-line",
-    ),
-    names={"barretts": "barrett's esophagus", "barretts-short-segment": "short-segment barrett's"},
-)
-OCT_C8 = FolderSet(
-    task="oct-c8",
-    channels=1,
-    size=128,
-    classes=("AMD", "CNV", "CSR", "DME", "DR", "DRUSEN", "MH", "NORMAL"),
-    names={
-        "AMD": "age-related macular degeneration",
-        "CNV": "choroidal neovascularization",
-        "CSR": "central serous retinopathy",
-        "DME": "diabetic macular edema",
-        "DR": "diabetic retinopathy",
-        "DRUSEN": "drusen",
-        "MH": "macular hole",
-        "NORMAL": "healthy",
-    },
-)
-KVASIR_V2 = FolderSet(
-    task="kvasir-v2",
-    channels=3,
-    size=128,
-    classes=(
-        "dyed-lifted-polyps",
-        "dyed-resection-margins",
-        "esophagitis",
-        "normal-cecum",
-        "normal-pylorus",
-        "normal-z-line",
-        "polyps",
-        "ulcerative-colitis",
-    ),
-)
-PNEUMONIA = FolderSet(
-    task="pneumonia-cxr",
-    channels=1,
-    size=128,
-    classes=("NORMAL", "PNEUMONIA"),
-    names={"NORMAL": "normal", "PNEUMONIA": "pneumonia"},
-)
-
-
-def load_hyperkvasir(config: Config) -> TaskData:
-    return load(config, HYPERKVASIR)
-
-
-def load_oct_c8(config: Config) -> TaskData:
-    return load(config, OCT_C8)
-
-
-def load_kvasir_v2(config: Config) -> TaskData:
-    return load(config, KVASIR_V2)
-
-
-def load_pneumonia(config: Config) -> TaskData:
-    return load(config, PNEUMONIA)
-
-
-def load(config: Config, layout: FolderSet) -> TaskData:
-    """The TaskData of a class-folder data set (one site; partitioners make the clients)."""
+def load(config: Config, spec: TaskSpec, layout: FolderSet) -> TaskData:
+    """The TaskData of the class-folder task ``spec`` (one site; partitioners make the
+    clients)."""
     opts = config.section("task")
     root = Path(config["task.path"])
     base = files.find_dir(root, lambda d: bool(_split_dirs(d)) or _class_tree(d, layout))
     if base is None:
-        raise files.layout_error(
-            layout.task,
+        raise spec.layout_error(
             root,
             f"found no folders of images named after the classes ({_few(layout)})",
         )
@@ -153,7 +82,7 @@ def load(config: Config, layout: FolderSet) -> TaskData:
     else:
         trees = {"all": files.class_folders(base)}
     classes = sorted({c for tree in trees.values() for c in tree})
-    _check_classes(layout, classes, base)
+    _check_classes(spec, layout, classes, base)
     size = opts["image_size"] or layout.size
     inputs = [p for tree in trees.values() for paths in tree.values() for p in paths]
     params = {"size": size, "fit": layout.fit}
@@ -162,7 +91,7 @@ def load(config: Config, layout: FolderSet) -> TaskData:
         items = _fold(items.pop("all"), opts["fold"])
         params["fold"] = opts["fold"]
     elif "train" not in items:
-        raise files.layout_error(layout.task, base, "split folders without a train folder")
+        raise spec.layout_error(base, "split folders without a train folder")
 
     def build() -> TaskData:
         decoded = {s: _decode(entries, layout, size) for s, entries in items.items()}
@@ -173,7 +102,7 @@ def load(config: Config, layout: FolderSet) -> TaskData:
             has_sites=False,
         )
 
-    data = cached(layout.task, VERSION, base, inputs, params, build, opts["cache"])
+    data = cached(spec.name, VERSION, base, inputs, params, build, opts["cache"])
     return attach(data, opts["augment"])
 
 
@@ -201,14 +130,14 @@ def _few(layout: FolderSet) -> str:
     return shown + (", ..." if len(layout.classes) > 4 else "")
 
 
-def _check_classes(layout: FolderSet, classes: list[str], base: Path) -> None:
+def _check_classes(spec: TaskSpec, layout: FolderSet, classes: list[str], base: Path) -> None:
     missing = sorted(set(layout.classes) - set(classes))
     extra = sorted(set(classes) - set(layout.classes))
     if len(classes) < 2:
-        raise files.layout_error(layout.task, base, f"found only the class folders {classes}")
+        raise spec.layout_error(base, f"found only the class folders {classes}")
     if missing or extra:
         files.warn(
-            f"{layout.task} at {base}: class folders differ from the published set "
+            f"{spec.name} at {base}: class folders differ from the published set "
             f"(missing {missing}, unexpected {extra}); labels follow the folders found"
         )
 
@@ -235,3 +164,29 @@ def _fold(items: list[tuple[Path, int]], fold: int) -> dict[str, list[tuple[Path
         "train": [item for item, t in zip(items, test) if not t],
         "test": [item for item, t in zip(items, test) if t],
     }
+
+
+def write_fake_folders(
+    root: Path,
+    classes: Mapping[str, str] | Sequence[str],
+    per_class: int = 3,
+    splits: Sequence[str] | None = None,
+    channels: int = 3,
+    suffix: str = ".jpg",
+    size: tuple[int, int] = (30, 34),
+    seed: int = 0,
+) -> Path:
+    """Fake ``root[/<split>]/<parents>/<class>/*<suffix>`` images (labels in the grey level,
+    see :mod:`~fedkit_core.tasks.fakes`); ``classes`` may map each class to parent folders
+    (HyperKvasir). Labels are the sorted class names' positions. Returns ``root``."""
+    rng = np.random.default_rng(seed)
+    parents = classes if isinstance(classes, Mapping) else dict.fromkeys(classes, "")
+    order = sorted(parents)
+    shape = size if channels == 1 else (*size, 3)
+    for split in splits or [""]:
+        for name, parent in parents.items():
+            for k in range(per_class):
+                path = Path(root) / split / parent / name / f"{name}-{split}{k}{suffix}"
+                image = fakes.class_image(rng, order.index(name), shape)
+                fakes.save_image(image, path, quality=95)
+    return Path(root)

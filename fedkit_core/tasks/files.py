@@ -1,6 +1,7 @@
 """Reading on-disk data sets: images, masks, paired image/mask folders, class-folder trees.
 
-Shared by every file-based task, so that a loader only states its layout. Images come back
+Shared by every file-based task, so that a loader only states its layout (errors about the
+layout come from the task's spec: ``SPEC.layout_error(root, problem)``). Images come back
 channels-first uint8 arrays already resized (JPEGs are decoded at reduced scale when that
 suffices, which makes first loads of large photographs several times faster).
 """
@@ -17,10 +18,20 @@ from typing import TypeVar
 import numpy as np
 
 from fedkit_core.errors import FedkitError
+from fedkit_core.options import Option
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
 #: name endings that mark a mask file of the image with the same name without them
 MASK_ENDINGS = ("_segmentation", "_mask", "-mask", "_seg", "_label", "_gt")
+
+#: the ``task.pairing`` option of the tasks whose images and masks are paired by :func:`pair_files`
+PAIRING = Option(
+    "pairing",
+    str,
+    "auto",
+    "pair images and masks by file name; auto also pairs equally many leftovers in name order",
+    choices=("auto", "name"),
+)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -32,13 +43,6 @@ class DataWarning(UserWarning):
 
 def warn(message: str) -> None:
     warnings.warn(message, DataWarning, stacklevel=3)
-
-
-def layout_error(task: str, root: Path | str, problem: str) -> FedkitError:
-    """A FedkitError naming the problem, where fedkit looked, the task's layout and source."""
-    from fedkit_core.tasks.registry import get_task
-
-    return get_task(task).data_error(f"{problem} (looked in {root})")
 
 
 def is_image(path: Path) -> bool:

@@ -18,12 +18,12 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.tasks import files
-from fedkit_core.tasks.augment import attach
+from fedkit_core.tasks import fakes, files
+from fedkit_core.tasks.augment import AUGMENT_OPTION, attach
 from fedkit_core.tasks.base import SEGMENTATION, SPLITS, Split, TaskData
-from fedkit_core.tasks.cache import cached
+from fedkit_core.tasks.cache import CACHE_OPTION, cached
+from fedkit_core.tasks.spec import SEGMENTATION_DEFAULTS, TaskSpec
 
-NAME = "rif"
 VERSION = 1
 DOMAINS = {
     "Domain1": "Drishti-GS",
@@ -34,15 +34,30 @@ DOMAINS = {
 CLASSES = ["background", "rim", "cup"]
 NATIVE_SIZE = 384
 
+SPEC = TaskSpec(
+    name="rif",
+    description="four-site fundus optic disc/cup segmentation (Fed-LWR's RIF), 384 px",
+    kind=SEGMENTATION,
+    loader=f"{__name__}:load",
+    options=(CACHE_OPTION, AUGMENT_OPTION, files.PAIRING),
+    defaults={**SEGMENTATION_DEFAULTS, "task.image_size": 384, "task.val_fraction": 0.2},
+    needs_path=True,
+    layout=(
+        "Fundus/Domain{1..4}/{train,test}/ROIs/{image,mask}/*.png (Drishti-GS, RIM-ONE-r3, "
+        "REFUGE train, REFUGE val; RGB masks 255 background, 128 optic disc, 0 cup)"
+    ),
+    source="https://github.com/emma-sjwang/Dofe (DoFE, Wang et al., IEEE TMI 2020)",
+    default_dir="rif",
+    markers=("Domain*/train/ROIs/image/*.png", "*/Domain*/train/ROIs/image/*.png"),
+)
+
 
 def load(config: Config) -> TaskData:
     opts = config.section("task")
     root = Path(config["task.path"])
     base = files.find_dir(root, lambda d: bool(_domains(d)))
     if base is None:
-        raise files.layout_error(
-            NAME, root, "found no Domain*/train/ROIs/image folder with fundus images"
-        )
+        raise SPEC.layout_error(root, "found no Domain*/train/ROIs/image folder with fundus images")
     size = opts["image_size"] or NATIVE_SIZE
     pairs = {domain: _pairs(domain, opts["pairing"]) for domain in _domains(base)}
     inputs = [p for splits in pairs.values() for ps in splits.values() for pair in ps for p in pair]
@@ -51,8 +66,8 @@ def load(config: Config) -> TaskData:
         sites = {}
         for domain, splits in pairs.items():
             if not splits.get("train"):
-                raise files.layout_error(
-                    NAME, base, f"{domain.name}: no image/mask pairs in train/ROIs/{{image,mask}}"
+                raise SPEC.layout_error(
+                    base, f"{domain.name}: no image/mask pairs in train/ROIs/{{image,mask}}"
                 )
             sites[DOMAINS.get(domain.name, domain.name)] = {
                 split: _split(*files.decode_pairs(ps, 3, size)) for split, ps in splits.items()
@@ -60,7 +75,7 @@ def load(config: Config) -> TaskData:
         return TaskData(kind=SEGMENTATION, class_names=list(CLASSES), sites=sites)
 
     data = cached(
-        NAME,
+        SPEC.name,
         VERSION,
         base,
         inputs,
@@ -97,3 +112,31 @@ def mask_labels(grey: np.ndarray) -> np.ndarray:
 
 def _split(images: np.ndarray, grey: np.ndarray) -> Split:
     return Split(torch.from_numpy(images), torch.from_numpy(mask_labels(grey)))
+
+
+def write_fake(
+    root: Path, counts: dict[str, int] | None = None, size: int = 32, seed: int = 0
+) -> Path:
+    """``Fundus/Domain{1..4}/{train,test}/ROIs/{image,mask}/*.png``: RGB images, RGB masks
+    255 background, 128 optic disc, 0 cup; Domain2 with its file lists. Returns ``Fundus``."""
+    rng = np.random.default_rng(seed)
+    base = Path(root) / "Fundus"
+    prefixes = {1: "gdrishtiGS_", 2: "G-", 3: "g", 4: "V"}
+    for d, prefix in prefixes.items():
+        for split, n in (counts or {"train": 3, "test": 2}).items():
+            rois = base / f"Domain{d}" / split / "ROIs"
+            for k in range(n):
+                disc = fakes.blob(rng, size, size)
+                yy, xx = np.nonzero(disc)
+                cup = np.zeros_like(disc)
+                cy, cx = int(yy.mean()), int(xx.mean())
+                cup[cy - 2 : cy + 3, cx - 2 : cx + 3] = True
+                grey = np.where(cup, 0, np.where(disc, 128, 255)).astype(np.uint8)
+                image = np.stack([fakes.seg_image(disc)] * 3, -1)
+                image[cup] = 250
+                name = f"{prefix}{k + 1:03d}-{split}.png"
+                fakes.save_image(image, rois / "image" / name)
+                fakes.save_image(np.stack([grey] * 3, -1), rois / "mask" / name)
+    (base / "Domain2" / "test_file_list.txt").write_text("G-1-test.jpg\n")
+    (base / "readme.md").write_text("Domain1: Drishti-GS ...\n")
+    return base

@@ -21,15 +21,42 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
+from fedkit_core.options import Option
 from fedkit_core.tasks import files
-from fedkit_core.tasks.augment import attach
+from fedkit_core.tasks.augment import AUGMENT_OPTION, attach
 from fedkit_core.tasks.base import SEGMENTATION, Normalizer, Split, TaskData
-from fedkit_core.tasks.cache import cached
+from fedkit_core.tasks.cache import CACHE_OPTION, cached
+from fedkit_core.tasks.spec import SEGMENTATION_DEFAULTS, TaskSpec
 
-NAME = "ixi"
 VERSION = 1
 METADATA = "metadata_tiny.csv"
 SUBJECT = re.compile(r"^IXI(\d{3})-([A-Za-z]+)-\d+")
+
+SPEC = TaskSpec(
+    name="ixi",
+    description="Fed-IXI-Tiny 3D brain masks from T1 MRI, three centres (FLamby), 48x60x48",
+    kind=SEGMENTATION,
+    loader=f"{__name__}:load",
+    options=(
+        CACHE_OPTION,
+        AUGMENT_OPTION,
+        Option("shape", "list[int]", [48, 60, 48], "volume size after resizing (FLamby's)"),
+        Option("metadata", str, None, "FLamby's metadata_tiny.csv (default: found in task.path)"),
+    ),
+    # a 3-level U-Net: 60 voxels halve twice without remainder (FLamby's U-Net has 3 blocks)
+    defaults={**SEGMENTATION_DEFAULTS, "unet_channels": [16, 32, 64]},
+    needs_path=True,
+    layout=(
+        "IXI_sample/IXI<ID>-<Guys|HH|IOP>-<n>/{T1,label}/*.nii.gz and FLamby's "
+        "metadata_tiny.csv (columns Patient ID, Split)"
+    ),
+    source=(
+        "FLamby's fed_ixi download (https://github.com/owkin/FLamby/tree/main/flamby/"
+        "datasets/fed_ixi); IXI: https://brain-development.org/ixi-dataset/"
+    ),
+    default_dir="ixi",
+    markers=("IXI*-*/T1", "*/IXI*-*/T1", "*/*/IXI*-*/T1"),
+)
 
 
 def load(config: Config) -> TaskData:
@@ -37,7 +64,7 @@ def load(config: Config) -> TaskData:
     root = Path(config["task.path"])
     base = files.find_dir(root, lambda d: bool(_subjects(d)))
     if base is None:
-        raise files.layout_error(NAME, root, "found no IXI<ID>-<centre>-<n>/T1 subject folders")
+        raise SPEC.layout_error(root, "found no IXI<ID>-<centre>-<n>/T1 subject folders")
     metadata = _metadata_path(root, base, opts["metadata"])
     split_of = _read_metadata(metadata)
     shape = tuple(opts["shape"])
@@ -54,7 +81,7 @@ def load(config: Config) -> TaskData:
     if lone:
         files.warn(f"ixi: skipped subjects without a T1 image, a label or a metadata row: {lone}")
     if not cases:
-        raise files.layout_error(NAME, root, "no subject has a T1 image, a label and a split")
+        raise SPEC.layout_error(root, "no subject has a T1 image, a label and a split")
     inputs = [metadata, *(p for case in cases for p in case[2:])]  # the splits come from it
 
     def build() -> TaskData:
@@ -77,7 +104,7 @@ def load(config: Config) -> TaskData:
             },
         )
 
-    data = cached(NAME, VERSION, base, inputs, {"shape": shape}, build, opts["cache"])
+    data = cached(SPEC.name, VERSION, base, inputs, {"shape": shape}, build, opts["cache"])
     data.normalizer = Normalizer(mean=(0.0,), std=(1.0,))  # already z-scored per volume
     return attach(data, opts["augment"])
 
@@ -90,15 +117,14 @@ def _metadata_path(root: Path, base: Path, given: str | None) -> Path:
     if given:
         path = Path(given).expanduser()
         if not path.is_file():
-            raise files.layout_error(NAME, root, f"task.metadata={given} is not a file")
+            raise SPEC.layout_error(root, f"task.metadata={given} is not a file")
         return path
     for folder in dict.fromkeys([base, base.parent, root]):
         for pattern in (METADATA, f"*/{METADATA}", f"*/*/{METADATA}"):
             found = sorted(folder.glob(pattern))
             if found:
                 return found[0]
-    raise files.layout_error(
-        NAME,
+    raise SPEC.layout_error(
         root,
         f"found no {METADATA} (FLamby's official split; it ships in FLamby as "
         f"flamby/datasets/fed_ixi/metadata/{METADATA}): copy it into task.path or set "
@@ -110,7 +136,7 @@ def _read_metadata(path: Path) -> dict[int, str]:
     with path.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     if not rows or not {"Patient ID", "Split"} <= set(rows[0]):
-        raise files.layout_error(NAME, path, f"{path.name} needs the columns 'Patient ID', 'Split'")
+        raise SPEC.layout_error(path, f"{path.name} needs the columns 'Patient ID', 'Split'")
     return {int(r["Patient ID"]): r["Split"].strip() for r in rows}
 
 
@@ -127,3 +153,43 @@ def _volume(image: Path, label: Path, shape: tuple[int, ...]) -> tuple[np.ndarra
         np.asarray(volume, dtype=np.float32),
         (np.asarray(mask)[0] > 0.5).astype(np.int64),
     )
+
+
+def write_fake(
+    root: Path,
+    subjects: dict[str, tuple[int, int]] | None = None,
+    shape: tuple[int, int, int] = (14, 16, 12),
+    seed: int = 0,
+) -> Path:
+    """FLamby's ``IXI_sample/IXI<ID>-<centre>-<n>/{T1,label}/*.nii.gz`` (inside the
+    download's folder) and ``metadata_tiny.csv``; ``subjects``: centre -> (train, test)
+    counts. Returns ``root``."""
+    import nibabel as nib
+
+    rng = np.random.default_rng(seed)
+    base = Path(root) / "7kd5wj7v7p-3" / "IXI_sample"
+    rows, patient = [], 2
+    for centre, (n_train, n_test) in (
+        subjects or {"Guys": (3, 1), "HH": (2, 1), "IOP": (2, 1)}
+    ).items():
+        for split in ["train"] * n_train + ["test"] * n_test:
+            name = f"IXI{patient:03d}-{centre}-{1000 + patient}"
+            brain = np.zeros(shape, np.uint8)
+            brain[2:-2, 3:-3, 2:-2] = 1
+            volume = np.where(brain, 800.0, 50.0) + rng.normal(0, 10, shape)
+            for folder, array, suffix in (
+                ("T1", volume.astype(np.float32), "image"),
+                ("label", brain, "label"),
+            ):
+                (base / name / folder).mkdir(parents=True, exist_ok=True)
+                nib.save(
+                    nib.Nifti1Image(array, np.eye(4)),
+                    base / name / folder / f"{name}_{suffix}.nii.gz",
+                )
+            rows.append((patient, 0, split))
+            patient += 1
+    with (Path(root) / METADATA).open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["Patient ID", "Manufacturer", "Split"])
+        writer.writerows(rows)
+    return Path(root)

@@ -14,13 +14,34 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fedkit_core.config import Config
 from fedkit_core.errors import FedkitError, unknown
-from fedkit_core.tasks import files
-from fedkit_core.tasks.base import TaskData
+from fedkit_core.options import Option
+from fedkit_core.tasks import fakes
+from fedkit_core.tasks.base import CLASSIFICATION, TaskData
 from fedkit_core.tasks.npz import classification_file
+from fedkit_core.tasks.spec import TaskSpec
 
-NAME = "medmnist"
+SPEC = TaskSpec(
+    name="medmnist",
+    description="any 2D MedMNIST data set by flag (task.flag=pneumoniamnist), via medmnist",
+    kind=CLASSIFICATION,
+    loader=f"{__name__}:load",
+    options=(
+        Option("flag", str, "pneumoniamnist", "the MedMNIST data set (medmnist.INFO key)"),
+        Option("npz_size", int, 28, "MedMNIST+ resolution of the file", choices=(28, 64, 128, 224)),
+        Option("download", bool, False, "download the file into task.path when absent"),
+    ),
+    needs_path=True,
+    layout=(
+        "a folder holding <flag>.npz (or <flag>_<size>.npz for MedMNIST+), as medmnist "
+        "downloads it; create the folder and set task.download=true to fetch the file"
+    ),
+    source="https://medmnist.com (Yang et al., Sci. Data 2023; files CC BY 4.0)",
+    default_dir="medmnist",
+)
 
 
 def info(flag: str) -> dict[str, Any]:
@@ -53,8 +74,7 @@ def load(config: Config) -> TaskData:
     path = root if root.is_file() else root / file_name(flag, size)
     if not path.is_file():
         if not opts["download"]:
-            raise files.layout_error(
-                NAME,
+            raise SPEC.layout_error(
                 root,
                 f"{path.name} is not there; set task.download=true to fetch it "
                 f"from {meta['url'] if size == 28 else meta[f'url_{size}']}",
@@ -80,3 +100,22 @@ def _download(flag: str, size: int, root: Path) -> None:
             f"could not download {file_name(flag, size)} into {root}: {err}. Download it by "
             "hand (see https://medmnist.com) and set task.path to its folder"
         ) from None
+
+
+def write_fake(
+    root: Path, flag: str = "breastmnist", n: int = 12, size: int = 28, seed: int = 0
+) -> Path:
+    """``<flag>.npz`` (``<flag>_<size>.npz`` above 28 px) in MedMNIST's format: labels (N, 1),
+    grey images, 2 classes; ``n`` training images, half as many for val and test."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for split, count in (("train", n), ("val", n // 2), ("test", n // 2)):
+        labels = np.arange(count) % 2
+        arrays[f"{split}_images"] = np.stack(
+            [fakes.class_image(rng, int(y), (size, size)) for y in labels]
+        )
+        arrays[f"{split}_labels"] = labels[:, None].astype(np.uint8)
+    path = Path(root) / file_name(flag, size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, **arrays)
+    return Path(root)

@@ -1,12 +1,9 @@
-"""Generic file tasks: any user data in these ``.npz`` layouts runs without code.
+"""``npz``: any classification data in MedMNIST's ``.npz`` format runs without code.
 
-* ``npz`` (classification, MedMNIST's format): ``{train,val,test}_images`` as (N, H, W) or
-  (N, H, W, C) uint8 and ``{train,val,test}_labels`` as (N,) or (N, 1); ``val`` optional;
-  optional ``classes`` (names in label order).
-* ``npz-seg`` (segmentation): ``images`` (N, H, W[, C]) uint8, ``masks`` (N, H, W) integer
-  labels, optional ``site`` (N,) (then clients are sites), optional ``split`` (N,) with
-  values in {train, val, test} (``all`` or empty: not split, so val and test are carved
-  from it), optional ``classes``.
+The file holds ``{train,val,test}_images`` as (N, H, W) or (N, H, W, C) uint8 and
+``{train,val,test}_labels`` as (N,) or (N, 1); ``val`` is optional (carved from train when
+absent); ``classes`` optionally names the classes in label order. The readers of the file
+and its arrays are shared with ``npz-seg`` and ``medmnist``.
 """
 
 from __future__ import annotations
@@ -18,18 +15,27 @@ import torch
 
 from fedkit_core.config import Config
 from fedkit_core.errors import FedkitError
-from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION, SPLITS, Split, TaskData
+from fedkit_core.tasks import fakes
+from fedkit_core.tasks.base import CLASSIFICATION, SPLITS, Split, TaskData
+from fedkit_core.tasks.spec import TaskSpec
 
-CLASSIFICATION_LAYOUT = (
+LAYOUT = (
     "an .npz file with train_images, train_labels, test_images, test_labels "
     "(and optionally val_images, val_labels, classes), as MedMNIST ships them"
 )
-#: ``split`` values that mean "no split given" (e.g. CHASE_DB1 in drive_chasedb1_512.npz)
-UNSPLIT = ("all", "")
-SEGMENTATION_LAYOUT = (
-    "an .npz file with images (N,H,W[,C]) uint8, masks (N,H,W) integer labels, "
-    "and optionally site (N,), split (N,) in {train,val,test} (all = not split), classes"
+
+SPEC = TaskSpec(
+    name="npz",
+    description="your classification data in MedMNIST's .npz format (task.path=FILE.npz)",
+    kind=CLASSIFICATION,
+    loader=f"{__name__}:load",
+    needs_path=True,
+    layout=LAYOUT,
 )
+
+
+def load(config: Config) -> TaskData:
+    return classification_file(Path(config["task.path"]))
 
 
 def read_npz(path: str | Path, required: tuple[str, ...], layout: str) -> dict[str, np.ndarray]:
@@ -74,7 +80,7 @@ def channels_first(images: np.ndarray, path: Path, key: str) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(images))
 
 
-def _integer_labels(values: np.ndarray, path: Path, key: str) -> torch.Tensor:
+def integer_labels(values: np.ndarray, path: Path, key: str) -> torch.Tensor:
     """Labels or masks as int64; fractional or non-numeric values are an error, not rounded."""
     if values.dtype.kind in "iub":
         return torch.from_numpy(values.astype(np.int64))
@@ -90,7 +96,7 @@ def _integer_labels(values: np.ndarray, path: Path, key: str) -> torch.Tensor:
     )
 
 
-def _class_names(arrays: dict[str, np.ndarray], num_classes: int, fallback: list[str]) -> list[str]:
+def class_names(arrays: dict[str, np.ndarray], num_classes: int, fallback: list[str]) -> list[str]:
     if "classes" in arrays:
         names = [str(c) for c in arrays["classes"].tolist()]
         if len(names) >= num_classes:
@@ -98,14 +104,10 @@ def _class_names(arrays: dict[str, np.ndarray], num_classes: int, fallback: list
     return fallback
 
 
-def load_classification(config: Config) -> TaskData:
-    return classification_file(Path(config["task.path"]))
-
-
 def classification_file(path: Path) -> TaskData:
     """The TaskData of one classification .npz file (the ``npz`` task; MedMNIST's files)."""
     required = ("train_images", "train_labels", "test_images", "test_labels")
-    arrays = read_npz(path, required, CLASSIFICATION_LAYOUT)
+    arrays = read_npz(path, required, LAYOUT)
     splits: dict[str, Split] = {}
     for split in SPLITS:
         pair = [f"{split}_images" in arrays, f"{split}_labels" in arrays]
@@ -114,7 +116,7 @@ def classification_file(path: Path) -> TaskData:
         if not all(pair):
             have, lack = (f"{split}_images", f"{split}_labels")[:: 1 if pair[0] else -1]
             raise FedkitError(f"{path} has {have} but no {lack}")
-        labels = _integer_labels(arrays[f"{split}_labels"], path, f"{split}_labels")
+        labels = integer_labels(arrays[f"{split}_labels"], path, f"{split}_labels")
         if labels.ndim == 2 and labels.shape[1] > 1:
             raise FedkitError(
                 f"{path}: {split}_labels has shape {labels.shape}: multi-label data is not supported"
@@ -131,45 +133,25 @@ def classification_file(path: Path) -> TaskData:
     if len(shapes) > 1:
         raise FedkitError(f"{path}: the splits' images differ in shape (C,H,W): {sorted(shapes)}")
     num_classes = int(max(int(s.targets.max()) for s in splits.values())) + 1
-    names = _class_names(arrays, num_classes, [f"class{c}" for c in range(num_classes)])
+    names = class_names(arrays, num_classes, [f"class{c}" for c in range(num_classes)])
     return TaskData(kind=CLASSIFICATION, class_names=names, sites={"all": splits}, has_sites=False)
 
 
-def load_segmentation(config: Config) -> TaskData:
-    path = Path(config["task.path"])
-    arrays = read_npz(path, ("images", "masks"), SEGMENTATION_LAYOUT)
-    images = channels_first(arrays["images"], path, "images")
-    masks = _integer_labels(arrays["masks"], path, "masks")
-    if tuple(masks.shape) != (images.shape[0], *images.shape[2:]):
-        raise FedkitError(f"{path}: masks must be (N,H,W) matching images, got {masks.shape}")
-    n = len(images)
-    site = arrays.get("site", np.full(n, "all"))
-    split = arrays.get("split", np.full(n, "train")).astype(str)
-    split = np.where(np.isin(split, UNSPLIT), "train", split)  # val/test carved from it
-    for key, values in (("site", site), ("split", split)):
-        if values.ndim != 1:
-            raise FedkitError(f"{path}: {key} must be one value per image, got {values.shape}")
-        if len(values) != n:
-            raise FedkitError(f"{path}: {key} has {len(values)} entries for {n} images")
-    bad = sorted(set(split.astype(str).tolist()) - set(SPLITS))
-    if bad:
-        raise FedkitError(f"{path}: split values must be train, val or test; found {bad}")
-    values = torch.unique(masks).tolist()
-    if values[-1] == 255 and len(values) <= 3:  # 0/255 (or 0/128/255) images, not labels
-        raise FedkitError(
-            f"{path}: masks hold the values {values}, grey levels rather than class labels; "
-            "store labels 0, 1, ... (e.g. masks // 255 for binary masks)"
+def write_fake(
+    root: Path, train: int = 40, test: int = 12, channels: int = 1, size: int = 8, seed: int = 0
+) -> Path:
+    """``root/fake.npz`` with train and test splits of 3 classes, labels (N, 1) as MedMNIST
+    stores them, ``channels`` 1 (N, H, W) or 3 (N, H, W, 3). Returns the file."""
+    rng = np.random.default_rng(seed)
+    shape = (size, size) if channels == 1 else (size, size, channels)
+    arrays = {}
+    for split, n in (("train", train), ("test", test)):
+        labels = np.arange(n) % 3
+        arrays[f"{split}_images"] = np.stack(
+            [fakes.class_image(rng, int(y), shape) for y in labels]
         )
-    num_classes = max(2, values[-1] + 1)
-    sites: dict[str, dict[str, Split]] = {}
-    for name in dict.fromkeys(site.astype(str).tolist()):
-        in_site = site.astype(str) == name
-        sites[name] = {
-            s: Split(images[idx], masks[idx])
-            for s in SPLITS
-            if len(idx := np.flatnonzero(in_site & (split.astype(str) == s)))
-        }
-    names = _class_names(
-        arrays, num_classes, ["background"] + [f"class{c}" for c in range(1, num_classes)]
-    )
-    return TaskData(kind=SEGMENTATION, class_names=names, sites=sites, has_sites="site" in arrays)
+        arrays[f"{split}_labels"] = labels[:, None]
+    path = Path(root) / "fake.npz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, **arrays)
+    return path

@@ -20,6 +20,7 @@ Masks become labels 0 background / 1 prostate; images are resized to ``task.imag
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -27,12 +28,13 @@ import torch
 
 from fedkit_core.config import Config
 from fedkit_core.errors import FedkitError
-from fedkit_core.tasks import files
-from fedkit_core.tasks.augment import attach
+from fedkit_core.options import Option
+from fedkit_core.tasks import fakes, files
+from fedkit_core.tasks.augment import AUGMENT_OPTION, attach
 from fedkit_core.tasks.base import SEGMENTATION, SPLITS, Split, TaskData
-from fedkit_core.tasks.cache import cached
+from fedkit_core.tasks.cache import CACHE_OPTION, cached
+from fedkit_core.tasks.spec import SEGMENTATION_DEFAULTS, TaskSpec
 
-NAME = "prostate"
 VERSION = 1
 SITES = ("BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL")
 #: folder names of the NIfTI release and the site each one is
@@ -42,14 +44,52 @@ CASE_SPLIT = (0.6, 0.2, 0.2)
 CASE_SEED = 2024
 _SEGMENTATION = re.compile(r"_segmentation$", re.IGNORECASE)
 
+SPEC = TaskSpec(
+    name="prostate",
+    description="six-site prostate MRI segmentation (Fed-LWR), sites = clients, 384 px",
+    kind=SEGMENTATION,
+    loader=f"{__name__}:load",
+    options=(
+        CACHE_OPTION,
+        AUGMENT_OPTION,
+        files.PAIRING,
+        Option(
+            "mask_foreground",
+            str,
+            "auto",
+            "which PNG mask value is prostate: dark (0, as shipped), bright (255), or auto "
+            "(the minority value)",
+            choices=("auto", "dark", "bright"),
+        ),
+    ),
+    defaults={**SEGMENTATION_DEFAULTS, "task.image_size": 384, "task.val_fraction": 0.25},
+    needs_path=True,
+    layout=(
+        "ProstateSlice/<site>/{train,val,test}/{image,mask}/*.png for the sites BIDMC, BMC, "
+        "HK, I2CVB, RUNMC, UCL (grey 384x384 slices; masks 255 background, 0 prostate), "
+        "or <site>/Case*.nii.gz with Case*_segmentation.nii.gz volumes"
+    ),
+    source=(
+        "https://liuquande.github.io/SAML/ (the six-site volumes; Liu et al., MICCAI 2020); "
+        "2D slices as in https://github.com/MQinghe/MiDSS"
+    ),
+    default_dir="prostate",
+    markers=(
+        "*/train/image/*.png",
+        "*/*/train/image/*.png",
+        "*/Case*.nii*",
+        "*/*/Case*.nii*",
+    ),
+)
+
 
 def load(config: Config) -> TaskData:
     opts = config.section("task")
     root = Path(config["task.path"])
     base = files.find_dir(root, _holds_sites)
     if base is None:
-        raise files.layout_error(
-            NAME, root, f"found none of the site folders {', '.join(SITES)} with data"
+        raise SPEC.layout_error(
+            root, f"found none of the site folders {', '.join(SITES)} with data"
         )
     size = opts["image_size"] or NATIVE_SIZE
     # per site: its layout and its file pairs (per split for slices, per case for volumes)
@@ -72,7 +112,7 @@ def load(config: Config) -> TaskData:
         }
         return _task_data(decoded, opts["mask_foreground"], base)
 
-    data = cached(NAME, VERSION, base, inputs, params, build, opts["cache"])
+    data = cached(SPEC.name, VERSION, base, inputs, params, build, opts["cache"])
     return attach(data, opts["augment"])
 
 
@@ -135,13 +175,13 @@ def _decode(folder: Path, layout: str, groups: dict[str, list], size: int) -> di
     """
     if layout == "slices":
         if not groups.get("train"):
-            raise files.layout_error(
-                NAME, folder, f"site {folder.name}: no image/mask pairs in train/image, train/mask"
+            raise SPEC.layout_error(
+                folder, f"site {folder.name}: no image/mask pairs in train/image, train/mask"
             )
         return {split: files.decode_pairs(p, 1, size) for split, p in groups.items() if p}
     cases = groups["cases"]
     if not cases:
-        raise files.layout_error(NAME, folder, f"site {folder.name}: no Case*.nii.gz with masks")
+        raise SPEC.layout_error(folder, f"site {folder.name}: no Case*.nii.gz with masks")
     order = np.random.default_rng(CASE_SEED).permutation(len(cases))
     n_train = max(1, round(CASE_SPLIT[0] * len(cases)))
     n_val = round(CASE_SPLIT[1] * len(cases))
@@ -203,5 +243,58 @@ def _task_data(
                 torch.from_numpy(images), torch.from_numpy(labels.astype(np.int64))
             )
     if not sites:
-        raise files.layout_error(NAME, base, "no site folder holds image/mask data")
+        raise SPEC.layout_error(base, "no site folder holds image/mask data")
     return TaskData(kind=SEGMENTATION, class_names=["background", "prostate"], sites=sites)
+
+
+def write_fake(
+    root: Path,
+    sites: Sequence[str] = SITES,
+    counts: dict[str, int] | None = None,
+    size: int = 24,
+    seed: int = 0,
+) -> Path:
+    """``ProstateSlice/<site>/<split>/{image,mask}/<case>_<slice>.png``: grey images, masks
+    255 background / 0 prostate (as shipped). Returns the ``ProstateSlice`` folder."""
+    rng = np.random.default_rng(seed)
+    base = Path(root) / "ProstateSlice"
+    for site in sites:
+        for split, n in (counts or {"train": 3, "test": 2}).items():
+            for k in range(n):
+                organ = fakes.blob(rng, size, size)
+                name = f"{k // 2:02d}_{k % 2:02d}.png"
+                fakes.save_image(fakes.seg_image(organ), base / site / split / "image" / name)
+                mask = np.where(organ, 0, 255).astype(np.uint8)
+                fakes.save_image(mask, base / site / split / "mask" / name)
+    return base
+
+
+def write_fake_volumes(
+    root: Path,
+    sites: Sequence[str] = ("BIDMC", "HK", "ISBI"),
+    cases: int = 5,
+    shape: tuple[int, int, int] = (20, 20, 6),
+    seed: int = 0,
+) -> Path:
+    """The NIfTI release: ``<site>/CaseNN.nii.gz`` + ``CaseNN_segmentation.nii.gz``
+    (``_Segmentation`` for HK); int16 MR intensities; the first and last slice of every
+    case hold no prostate. Returns ``root``."""
+    import nibabel as nib
+
+    rng = np.random.default_rng(seed)
+    base = Path(root)
+    for site in sites:
+        (base / site).mkdir(parents=True, exist_ok=True)
+        ending = "_Segmentation" if site == "HK" else "_segmentation"
+        for case in range(cases):
+            mask = np.zeros(shape, np.uint8)
+            for z in range(1, shape[2] - 1):
+                mask[..., z] = fakes.blob(rng, *shape[:2])
+            volume = np.where(mask, 1500, 300).astype(np.int16) + rng.integers(0, 20, shape)
+            affine = np.diag([0.6, 0.6, 3.0, 1.0])
+            nib.save(
+                nib.Nifti1Image(volume.astype(np.int16), affine),
+                base / site / f"Case{case:02d}.nii.gz",
+            )
+            nib.save(nib.Nifti1Image(mask, affine), base / site / f"Case{case:02d}{ending}.nii.gz")
+    return base

@@ -1,164 +1,95 @@
-"""The task registry: built-in tasks plus those installed under entry-point group ``fedkit.tasks``.
+"""The task registry: the built-in tasks plus those installed under entry-point group
+``fedkit.tasks``, as plugins are found under ``fedkit.plugins``.
 
-A task is a :class:`TaskSpec`: a name, a loader returning :class:`TaskData`, its own
-``task.*`` options and the defaults it suggests for core keys (a segmentation task picks
-U-Net and Dice). Loaders are referenced as ``"module:function"`` so that listing tasks
-does not import heavy libraries.
+An entry names a module exposing its :class:`TaskSpec` as ``SPEC`` (``"pkg.retina"``) or
+an object that is, or exposes, one (``"pkg.retina:SPEC"``); the entry point's name is the
+task's name. :data:`BUILTINS` lists the built-in tasks the same way (pyproject.toml
+declares them under the group too, but the registry must not depend on installed
+metadata). Modules are imported only when a task is looked up, and no task module imports
+this one, so there is no import cycle.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from importlib.metadata import entry_points
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from importlib.metadata import EntryPoint, entry_points
 
 from fedkit_core.errors import FedkitError, unknown
-from fedkit_core.options import Option
-
-if TYPE_CHECKING:
-    from fedkit_core.config import Config
-    from fedkit_core.tasks.base import TaskData
+from fedkit_core.tasks.spec import TaskSpec
 
 ENTRY_POINT_GROUP = "fedkit.tasks"
-DATA_ROOT_ENV = "FEDKIT_DATA"
 
-
-def data_root() -> Path:
-    """Where tasks look for their data when ``task.path`` is not set: ``$FEDKIT_DATA``,
-    by default ``~/fedkit-data``."""
-    return Path(os.environ.get(DATA_ROOT_ENV, "~/fedkit-data")).expanduser()
-
-
-#: Core defaults every segmentation task suggests (Fed-LWR's training setting).
-SEGMENTATION_DEFAULTS: Mapping[str, Any] = {
-    "model": "unet",
-    "loss": "dice",
-    "optimizer": "adam",
-    "lr": 1e-3,
-    "adam_betas": [0.9, 0.99],
-    "weight_decay": 1e-4,
-    "keep_optimizer_state": True,
-    "batch_size": 8,
+#: Built-in tasks: name -> the module exposing its ``SPEC`` (in `fedkit tasks` order).
+BUILTINS = {
+    "synthetic": "fedkit_core.tasks.synthetic",
+    "synthetic-seg": "fedkit_core.tasks.synthetic_seg",
+    "npz": "fedkit_core.tasks.npz",
+    "npz-seg": "fedkit_core.tasks.npz_seg",
+    "prostate": "fedkit_core.tasks.prostate",
+    "rif": "fedkit_core.tasks.fundus",
+    "ixi": "fedkit_core.tasks.ixi",
+    "isic2019": "fedkit_core.tasks.isic",
+    "hyperkvasir": "fedkit_core.tasks.hyperkvasir",
+    "oct-c8": "fedkit_core.tasks.oct_c8",
+    "kvasir-v2": "fedkit_core.tasks.kvasir_v2",
+    "rsna-ich": "fedkit_core.tasks.rsna",
+    "pneumonia-cxr": "fedkit_core.tasks.pneumonia",
+    "lung-cxr": "fedkit_core.tasks.lung",
+    "medmnist": "fedkit_core.tasks.medmnist",
 }
 
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """A registered task."""
-
-    name: str
-    description: str
-    kind: str
-    loader: str | Callable[[Config], TaskData]
-    options: tuple[Option, ...] = ()
-    defaults: Mapping[str, Any] = field(default_factory=dict)
-    needs_path: bool = False
-    layout: str = ""
-    source: str = ""
-    #: folder name under the data root used when ``task.path`` is unset (None: no default)
-    default_dir: str | None = None
-    #: glob patterns under ``task.path``; the data counts as found when one of them matches
-    #: (a cheap check for `fedkit tasks`; the loader reports precisely what is missing)
-    markers: tuple[str, ...] = ()
-    #: named partitions (``partition.preset``): name -> core config values they default to
-    partitions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-
-    def resolve_path(self, path: str | None) -> str | None:
-        """``task.path`` if set (``~`` expanded), else the task's default folder under
-        :func:`data_root`."""
-        if path:
-            return str(Path(path).expanduser())
-        if not self.needs_path or self.default_dir is None:
-            return path
-        return str(data_root() / self.default_dir)
-
-    def load(self, config: Config) -> TaskData:
-        loader = self.loader
-        if isinstance(loader, str):
-            module, _, func = loader.partition(":")
-            loader = getattr(importlib.import_module(module), func)
-        return loader(config)
-
-    def data_status(self, path: str | None) -> str:
-        """``generated``, ``found``, ``missing``, ``not in layout`` or ``needs task.path``."""
-        if not self.needs_path:
-            return "generated"
-        if not path:
-            return "needs task.path"
-        root = Path(path)
-        if not root.exists():
-            return "missing"
-        markers = self.markers if root.is_dir() else ()
-        if markers and not any(next(root.glob(pattern), None) for pattern in markers):
-            return "not in layout"
-        return "found"
-
-    def partition_preset(self, name: str | None) -> dict[str, Any]:
-        """The config values of the named partition ``name`` (``{}`` for None)."""
-        if name is None:
-            return {}
-        if not self.partitions:
-            raise FedkitError(f"task {self.name!r} has no named partitions (partition.preset)")
-        if name not in self.partitions:
-            raise unknown(f"partition.preset of task {self.name!r}", name, self.partitions)
-        return dict(self.partitions[name])
-
-    def missing_data_error(self, path: str | None) -> FedkitError:
-        if not path:
-            what = "task.path is not set"
-        elif Path(path).exists():
-            what = f"task.path={path} holds no data in the expected layout"
-        else:
-            what = f"task.path={path} does not exist"
-        return self.data_error(what + ".")
-
-    def data_error(self, problem: str) -> FedkitError:
-        """A FedkitError stating ``problem``, then the expected layout and where to get the data."""
-        lines = [f"task {self.name!r}: {problem}"]
-        if self.layout:
-            lines.append(f"Expected layout: {self.layout}")
-        if self.source:
-            lines.append(f"The data is published at: {self.source}")
-        return FedkitError("\n".join(lines))
-
-
-_BUILTIN: dict[str, TaskSpec] = {}
+_registered: dict[str, TaskSpec] = {}
 
 
 def register_task(spec: TaskSpec) -> TaskSpec:
-    """Register a task (used by the built-ins; third parties use the entry-point group)."""
-    _BUILTIN[spec.name] = spec
+    """Register a task at runtime (an embedding application's own data, tests); packages
+    use the entry-point group instead. A built-in task's name stays the built-in."""
+    _registered[spec.name] = spec
+    return spec
+
+
+def _sources() -> dict[str, EntryPoint | TaskSpec]:
+    """Every task name -> where its spec comes from: built-ins first, then tasks registered
+    at runtime, then installed ones; a later source never shadows an earlier one."""
+    sources: dict[str, EntryPoint | TaskSpec] = {
+        name: EntryPoint(name, value, ENTRY_POINT_GROUP) for name, value in BUILTINS.items()
+    }
+    for name, spec in _registered.items():
+        sources.setdefault(name, spec)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        sources.setdefault(ep.name, ep)
+    return sources
+
+
+def _load(name: str, source: EntryPoint | TaskSpec) -> TaskSpec:
+    if isinstance(source, TaskSpec):
+        return source
+    try:
+        obj = source.load()
+    except Exception as err:  # a broken third-party package: say which one
+        raise FedkitError(
+            f"task {name!r} ({source.value}) failed to load: {type(err).__name__}: {err}"
+        ) from err
+    spec = obj if isinstance(obj, TaskSpec) else getattr(obj, "SPEC", None)
+    if not isinstance(spec, TaskSpec):
+        raise FedkitError(
+            f"task {name!r} ({source.value}) of group {ENTRY_POINT_GROUP} is neither a "
+            "TaskSpec nor a module or object with a TaskSpec named SPEC"
+        )
+    if spec.name != name:
+        raise FedkitError(
+            f"task {name!r} ({source.value}) holds the spec of a task named {spec.name!r}"
+        )
     return spec
 
 
 def all_tasks() -> dict[str, TaskSpec]:
-    """Every known task: built-ins, then installed ones (which may not shadow built-ins)."""
-    import fedkit_core.tasks.builtin  # noqa: F401  (registers the built-in specs)
-
-    tasks = dict(_BUILTIN)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in tasks:
-            continue
-        try:
-            spec = ep.load()
-        except Exception as err:  # a broken third-party package must not break the CLI
-            raise FedkitError(
-                f"installed task {ep.name!r} ({ep.value}) failed to load: {err}"
-            ) from err
-        if not isinstance(spec, TaskSpec):
-            raise FedkitError(
-                f"entry point {ep.name!r} of group {ENTRY_POINT_GROUP} is not a TaskSpec"
-            )
-        tasks[ep.name] = spec
-    return tasks
+    """Every known task by name: built-ins, then registered and installed ones."""
+    return {name: _load(name, source) for name, source in _sources().items()}
 
 
 def get_task(name: str) -> TaskSpec:
-    tasks = all_tasks()
-    if name not in tasks:
-        raise unknown("task", name, tasks)
-    return tasks[name]
+    """The task ``name`` (only its own module is imported), or an error listing the tasks."""
+    sources = _sources()
+    if name not in sources:
+        raise unknown("task", name, sources)
+    return _load(name, sources[name])

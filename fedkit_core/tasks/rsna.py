@@ -26,17 +26,62 @@ import torch
 
 from fedkit_core.config import Config
 from fedkit_core.errors import FedkitError
-from fedkit_core.tasks import files
-from fedkit_core.tasks.augment import attach
+from fedkit_core.options import Option
+from fedkit_core.tasks import fakes, files
+from fedkit_core.tasks.augment import AUGMENT_OPTION, attach
 from fedkit_core.tasks.base import CLASSIFICATION, Split, TaskData
-from fedkit_core.tasks.cache import cached
+from fedkit_core.tasks.cache import CACHE_OPTION, cached
+from fedkit_core.tasks.spec import TaskSpec
 
-NAME = "rsna-ich"
 VERSION = 1
 SUBTYPES = ("epidural", "intraparenchymal", "intraventricular", "subarachnoid", "subdural")
 LABEL_FILES = ("stage_2_train.csv", "stage_1_train.csv")
 IMAGE_SUFFIXES = (".dcm", ".png", ".jpg", ".jpeg")
 NATIVE_SIZE = 128
+
+SPEC = TaskSpec(
+    name="rsna-ich",
+    description="RSNA intracranial haemorrhage, single-subtype CT, 5 classes, 128 px (FCA)",
+    kind=CLASSIFICATION,
+    loader=f"{__name__}:load",
+    options=(
+        CACHE_OPTION,
+        AUGMENT_OPTION,
+        Option("window", "list[float]", [40.0, 80.0], "DICOM window [centre, width] in HU"),
+        Option("labels", str, None, "label csv (default: stage_2_train.csv in task.path)"),
+        Option("images", str, None, "image folder (default: the one holding the images)"),
+    ),
+    defaults={"task.image_size": 128},
+    needs_path=True,
+    layout=(
+        "stage_2_train.csv (ID,Label rows like ID_<hex>_epidural,0) and a folder of "
+        "ID_<hex>.dcm (or .png/.jpg) images, as the Kaggle challenge ships them"
+    ),
+    source=(
+        "https://www.kaggle.com/competitions/rsna-intracranial-hemorrhage-detection "
+        "(Flanders et al., Radiology: AI 2020)"
+    ),
+    default_dir="rsna-ich",
+    markers=("*.csv", "*/*.csv"),
+    partitions={
+        # FCA's split 1: 5 clients, Dirichlet 0.5 for the minority class (epidural), 50 for
+        # the others; alphas in the class order of SUBTYPES
+        "split1": {
+            "partition.kind": "class-dirichlet",
+            "clients": 5,
+            "partition.alphas": [0.5, 50.0, 50.0, 50.0, 50.0],
+            "partition.drop_prob": 0.0,
+        },
+        # FCA's split 2: 10 clients, subdural 50, subarachnoid 30, intraventricular 10,
+        # intraparenchymal 5, epidural 0.5; each class removed from a client w.p. 0.3
+        "split2": {
+            "partition.kind": "class-dirichlet",
+            "clients": 10,
+            "partition.alphas": [0.5, 5.0, 10.0, 30.0, 50.0],
+            "partition.drop_prob": 0.3,
+        },
+    },
+)
 
 
 def load(config: Config) -> TaskData:
@@ -45,9 +90,7 @@ def load(config: Config) -> TaskData:
     table = _label_file(root, opts["labels"])
     labels = _single_type(_read_labels(table))
     if not labels:
-        raise files.layout_error(
-            NAME, root, f"{table.name} lists no image with exactly one subtype"
-        )
+        raise SPEC.layout_error(root, f"{table.name} lists no image with exactly one subtype")
     folder = _image_folder(root, opts["images"], labels)
     by_id = _index(folder)
     ids = [i for i in labels if i in by_id]
@@ -76,7 +119,7 @@ def load(config: Config) -> TaskData:
         )
 
     params = {"size": size, "window": window}
-    data = cached(NAME, VERSION, folder, [table, *paths], params, build, opts["cache"])
+    data = cached(SPEC.name, VERSION, folder, [table, *paths], params, build, opts["cache"])
     return attach(data, opts["augment"])
 
 
@@ -90,7 +133,7 @@ def _label_file(root: Path, given: str | None) -> Path:
     if given:
         path = _under(root, given)
         if not path.is_file():
-            raise files.layout_error(NAME, root, f"task.labels={given} is not a file")
+            raise SPEC.layout_error(root, f"task.labels={given} is not a file")
         return path
     for name in LABEL_FILES:
         found = sorted(root.glob(name)) + sorted(root.glob(f"*/{name}"))
@@ -99,8 +142,8 @@ def _label_file(root: Path, given: str | None) -> Path:
     found = sorted(root.glob("*.csv"))
     if len(found) == 1:
         return found[0]
-    raise files.layout_error(
-        NAME, root, f"found no label csv ({' or '.join(LABEL_FILES)}); set task.labels=FILE"
+    raise SPEC.layout_error(
+        root, f"found no label csv ({' or '.join(LABEL_FILES)}); set task.labels=FILE"
     )
 
 
@@ -125,8 +168,7 @@ def _read_labels(table: Path) -> dict[str, list[int]]:
             (header.index(c) for c in ("id", "image", "image_id", "filename") if c in header), None
         )
         if key is None or not set(SUBTYPES) <= set(header):
-            raise files.layout_error(
-                NAME,
+            raise SPEC.layout_error(
                 table,
                 f"{table.name}: expected columns ID,Label (Kaggle format) or an image "
                 f"column and the columns {', '.join(SUBTYPES)}",
@@ -154,7 +196,7 @@ def _image_folder(root: Path, given: str | None, labels: dict[str, int]) -> Path
     if given:
         folder = _under(root, given)
         if not folder.is_dir():
-            raise files.layout_error(NAME, root, f"task.images={given} is not a folder")
+            raise SPEC.layout_error(root, f"task.images={given} is not a folder")
         return folder
     wanted = set(list(labels)[:200])
     best, hits = None, 0
@@ -163,8 +205,7 @@ def _image_folder(root: Path, given: str | None, labels: dict[str, int]) -> Path
         if found > hits:
             best, hits = folder, found
     if best is None:
-        raise files.layout_error(
-            NAME,
+        raise SPEC.layout_error(
             root,
             "found no folder holding the labelled images (ID_<hex>.dcm/.png/.jpg); "
             "set task.images=FOLDER",
@@ -210,3 +251,55 @@ def dicom_hounsfield(path: Path) -> np.ndarray:
         pixels[pixels >= 4096] -= 4096
         intercept = -1000.0
     return pixels * slope + intercept
+
+
+def write_fake(root: Path, fmt: str = "dcm", size: int = 24, seed: int = 0) -> Path:
+    """The challenge's ``stage_2_train.csv`` (``ID_<hex>_<subtype>,Label`` rows, ``any`` too)
+    and ``stage_2_train/ID_<hex>.dcm`` CT slices of ``20 * label`` HU (or ``.png``, windowed).
+    Per subtype, 3 images with only that subtype; plus 2 without haemorrhage and 2 with two
+    subtypes (both dropped by the loader). Returns ``root``."""
+    rng = np.random.default_rng(seed)
+    folder = Path(root) / "stage_2_train"
+    folder.mkdir(parents=True, exist_ok=True)
+    images = [(c,) for c in range(len(SUBTYPES)) for _ in range(3)] + [(), (), (1, 4), (0, 3)]
+    rows = []
+    for k, positive in enumerate(images):
+        ident = f"ID_{k:03x}{int(rng.integers(0, 16**6)):06x}"
+        for s, subtype in enumerate(SUBTYPES):
+            rows.append((f"{ident}_{subtype}", int(s in positive)))
+        rows.append((f"{ident}_any", int(bool(positive))))
+        label = positive[0] if len(positive) == 1 else 0
+        hu = np.full((size, size), 20.0 * label) + rng.normal(0, 1, (size, size))
+        if fmt == "dcm":
+            write_fake_dicom(folder / f"{ident}.dcm", hu)
+        else:
+            grey = np.clip(hu / 80.0, 0, 1) * 255
+            fakes.save_image(grey.round().astype(np.uint8), folder / f"{ident}.png")
+    order = rng.permutation(len(rows))
+    with (Path(root) / LABEL_FILES[0]).open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["ID", "Label"])
+        writer.writerows(rows[i] for i in order)
+    return Path(root)
+
+
+def write_fake_dicom(path: Path, hu: np.ndarray, intercept: float = -1024.0) -> None:
+    """A minimal CT DICOM with int16 pixels ``hu - intercept``."""
+    import pydicom
+    from pydicom.dataset import FileMetaDataset
+    from pydicom.uid import CTImageStorage, ExplicitVRLittleEndian, generate_uid
+
+    meta = FileMetaDataset()
+    meta.MediaStorageSOPClassUID = CTImageStorage
+    meta.MediaStorageSOPInstanceUID = generate_uid()
+    meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds = pydicom.Dataset()
+    ds.file_meta = meta
+    ds.SOPClassUID, ds.SOPInstanceUID = CTImageStorage, meta.MediaStorageSOPInstanceUID
+    ds.Modality = "CT"
+    ds.Rows, ds.Columns = hu.shape
+    ds.SamplesPerPixel, ds.PhotometricInterpretation = 1, "MONOCHROME2"
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 16, 15, 1
+    ds.RescaleIntercept, ds.RescaleSlope = intercept, 1.0
+    ds.PixelData = np.round(hu - intercept).astype(np.int16).tobytes()
+    pydicom.dcmwrite(path, ds, enforce_file_format=True)

@@ -14,9 +14,25 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
+from fedkit_core.options import Option
 from fedkit_core.tasks.base import CLASSIFICATION, Split, TaskData
+from fedkit_core.tasks.spec import TaskSpec
 
 SIZE = 28
+
+SPEC = TaskSpec(
+    name="synthetic",
+    description="built-in multi-site long-tailed classification (28 px RGB, seconds on a CPU)",
+    kind=CLASSIFICATION,
+    loader=f"{__name__}:load",
+    options=(
+        Option("sites", int, 4, "number of sites (= clients)"),
+        Option("num_classes", int, 8, "number of classes"),
+        Option("head_samples", int, 150, "training samples of a site's most frequent class"),
+        Option("imbalance", float, 15.0, "ratio of the most to the least frequent class"),
+    ),
+    defaults={"rounds": 20},
+)
 
 
 def load(config: Config) -> TaskData:

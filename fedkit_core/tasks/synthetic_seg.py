@@ -13,9 +13,23 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
+from fedkit_core.options import Option
 from fedkit_core.tasks.base import SEGMENTATION, Split, TaskData
+from fedkit_core.tasks.spec import SEGMENTATION_DEFAULTS, TaskSpec
 
 SIZE = 64
+
+SPEC = TaskSpec(
+    name="synthetic-seg",
+    description="built-in prostate-like 2D segmentation, sites with scanner-like shifts (MONAI)",
+    kind=SEGMENTATION,
+    loader=f"{__name__}:load",
+    options=(
+        Option("sites", int, 4, "number of sites (= clients)"),
+        Option("train_per_site", int, 48, "training images per site"),
+    ),
+    defaults=SEGMENTATION_DEFAULTS,
+)
 
 
 def load(config: Config) -> TaskData:

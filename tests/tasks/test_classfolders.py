@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fedkit_core.api import prepare, resolve_config
-from fedkit_core.tasks import fakes
+from fedkit_core.tasks import classfolders, hyperkvasir, kvasir_v2, oct_c8, pneumonia
 from fedkit_core.tasks.files import DataWarning
 
 
@@ -15,13 +15,7 @@ def labels_match_pixels(split) -> bool:
 
 
 def test_oct_c8_split_folders_grey_and_readable_names(tmp_path, load):
-    fakes.class_folders(
-        tmp_path / "RetinalOCT_Dataset",
-        fakes.OCT_C8,
-        per_class=2,
-        splits=("train", "val", "test"),
-        channels=1,
-    )
+    oct_c8.write_fake(tmp_path, per_class=2)
     data = load("oct-c8", tmp_path, image_size=12)
     assert data.class_names[:3] == [
         "age-related macular degeneration",
@@ -37,7 +31,7 @@ def test_oct_c8_split_folders_grey_and_readable_names(tmp_path, load):
 
 
 def test_kvasir_v2_flat_tree_gets_a_stratified_test_fold(tmp_path, load):
-    fakes.class_folders(tmp_path / "kvasir-dataset-v2", fakes.KVASIR_V2, per_class=5)
+    kvasir_v2.write_fake(tmp_path, per_class=5)
     folds = [load("kvasir-v2", tmp_path, image_size=8, fold=f).sites["all"] for f in range(5)]
     for splits in folds:
         assert len(splits["train"]) == 32 and len(splits["test"]) == 8
@@ -49,7 +43,7 @@ def test_kvasir_v2_flat_tree_gets_a_stratified_test_fold(tmp_path, load):
 
 
 def test_hyperkvasir_nested_tree_and_shot_groups(tmp_path):
-    fakes.hyperkvasir(tmp_path, per_class=5)
+    hyperkvasir.write_fake(tmp_path, per_class=5)
     config, _ = resolve_config(
         {
             "task": {"name": "hyperkvasir", "path": str(tmp_path), "image_size": 8},
@@ -66,30 +60,15 @@ def test_hyperkvasir_nested_tree_and_shot_groups(tmp_path):
 
 
 def test_pneumonia_inside_the_kaggle_archive(tmp_path, load):
-    inner = tmp_path / "archive" / "chest_xray"
-    fakes.class_folders(
-        inner,
-        ["NORMAL", "PNEUMONIA"],
-        per_class=3,
-        splits=("train", "val", "test"),
-        channels=1,
-        suffix=".jpeg",
-    )
-    fakes.class_folders(tmp_path / "archive" / "__MACOSX", ["NORMAL"], per_class=1)
+    pneumonia.write_fake(tmp_path / "archive", per_class=3)
+    classfolders.write_fake_folders(tmp_path / "archive" / "__MACOSX", ["NORMAL"], per_class=1)
     data = load("pneumonia-cxr", tmp_path, image_size=10)
     assert data.class_names == ["normal", "pneumonia"]
     assert len(data.sites["all"]["val"]) == 6 and labels_match_pixels(data.sites["all"]["test"])
 
 
 def test_pneumonia_fedhelp_partition_follows_the_fractions(tmp_path):
-    fakes.class_folders(
-        tmp_path,
-        ["NORMAL", "PNEUMONIA"],
-        per_class=50,
-        splits=("train", "test"),
-        channels=1,
-        suffix=".jpeg",
-    )
+    pneumonia.write_fake(tmp_path, per_class=50, splits=("train", "test"))
     config, _ = resolve_config(
         {
             "task": {"name": "pneumonia-cxr", "path": str(tmp_path), "image_size": 8},
@@ -102,13 +81,8 @@ def test_pneumonia_fedhelp_partition_follows_the_fractions(tmp_path):
 
 
 def test_unexpected_class_folders_are_reported(tmp_path, load):
-    fakes.class_folders(
-        tmp_path,
-        ["NORMAL", "PNEUMONIA", "COVID"],
-        per_class=2,
-        splits=("train", "test"),
-        channels=1,
-    )
+    classes = ("NORMAL", "PNEUMONIA", "COVID")
+    pneumonia.write_fake(tmp_path, per_class=2, splits=("train", "test"), classes=classes)
     with pytest.warns(DataWarning, match=r"unexpected \['COVID'\]"):
         data = load("pneumonia-cxr", tmp_path, image_size=8)
     assert data.class_names == ["COVID", "normal", "pneumonia"]

@@ -5,8 +5,7 @@ import pytest
 import torch
 
 from fedkit_core import run
-from fedkit_core.tasks import fakes
-from fedkit_core.tasks.fundus import DOMAINS, mask_labels
+from fedkit_core.tasks.fundus import DOMAINS, mask_labels, write_fake
 from fedkit_core.testing import shared_data
 
 SITES = list(DOMAINS.values())
@@ -18,7 +17,7 @@ def test_mask_values_map_to_background_rim_cup():
 
 
 def test_four_domains_become_four_named_sites(tmp_path, load):
-    fakes.fundus(tmp_path, counts={"train": 3, "test": 2})
+    write_fake(tmp_path, counts={"train": 3, "test": 2})
     data = load("rif", tmp_path, image_size=16)
     assert list(data.sites) == SITES
     assert data.class_names == ["background", "rim", "cup"]
@@ -34,7 +33,7 @@ def test_four_domains_become_four_named_sites(tmp_path, load):
 
 
 def test_val_is_a_fifth_of_train_by_default(tmp_path):
-    fakes.fundus(tmp_path, counts={"train": 5, "test": 1})
+    write_fake(tmp_path, counts={"train": 5, "test": 1})
     results = run(
         {
             "task": {"name": "rif", "path": str(tmp_path), "image_size": 16},

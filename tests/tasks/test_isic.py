@@ -3,12 +3,11 @@
 import pytest
 
 from fedkit_core.errors import FedkitError
-from fedkit_core.tasks import fakes
-from fedkit_core.tasks.isic import CENTRES
+from fedkit_core.tasks.isic import CENTRES, write_fake
 
 
 def test_centres_keep_the_official_split_and_labels(tmp_path, load):
-    fakes.isic2019(tmp_path, per_centre=4)
+    write_fake(tmp_path, per_centre=4)
     data = load("isic2019", tmp_path, image_size=16)
     assert list(data.sites) == list(CENTRES)
     assert len(data.class_names) == 8 and data.class_names[0] == "melanoma"
@@ -23,14 +22,14 @@ def test_centres_keep_the_official_split_and_labels(tmp_path, load):
 
 
 def test_missing_split_csv_names_flamby(tmp_path, load):
-    fakes.isic2019(tmp_path)
+    write_fake(tmp_path)
     (tmp_path / "train_test_split").unlink()
     with pytest.raises(FedkitError, match="dataset_creation_scripts/train_test_split"):
         load("isic2019", tmp_path)
 
 
 def test_missing_images_are_counted(tmp_path, load):
-    fakes.isic2019(tmp_path)
+    write_fake(tmp_path)
     next((tmp_path / "ISIC_2019_Training_Input_preprocessed").glob("*.jpg")).unlink()
     with pytest.raises(FedkitError, match="1 images listed in train_test_split are not in"):
         load("isic2019", tmp_path)

@@ -5,11 +5,11 @@ import torch
 
 from fedkit_core import run
 from fedkit_core.errors import FedkitError
-from fedkit_core.tasks import fakes
+from fedkit_core.tasks.ixi import write_fake
 
 
 def test_centres_splits_shapes_and_zscore(tmp_path, load):
-    fakes.ixi(tmp_path, subjects={"Guys": (3, 1), "HH": (2, 1), "IOP": (2, 1)})
+    write_fake(tmp_path, subjects={"Guys": (3, 1), "HH": (2, 1), "IOP": (2, 1)})
     data = load("ixi", tmp_path, shape=[8, 10, 8])
     assert list(data.sites) == ["Guys", "HH", "IOP"]
     assert {k: len(v) for k, v in data.sites["Guys"].items()} == {"train": 3, "test": 1}
@@ -24,7 +24,7 @@ def test_centres_splits_shapes_and_zscore(tmp_path, load):
 
 
 def test_an_edited_metadata_file_is_not_served_from_the_cache(tmp_path, load):
-    fakes.ixi(tmp_path, subjects={"Guys": (3, 1)})
+    write_fake(tmp_path, subjects={"Guys": (3, 1)})
     assert len(load("ixi", tmp_path, shape=[8, 10, 8]).sites["Guys"]["train"]) == 3
     csv = tmp_path / "metadata_tiny.csv"
     csv.write_text(
@@ -34,14 +34,14 @@ def test_an_edited_metadata_file_is_not_served_from_the_cache(tmp_path, load):
 
 
 def test_missing_metadata_says_where_to_get_it(tmp_path, load):
-    fakes.ixi(tmp_path)
+    write_fake(tmp_path)
     (tmp_path / "metadata_tiny.csv").unlink()
     with pytest.raises(FedkitError, match="metadata_tiny.csv.*flamby/datasets/fed_ixi"):
         load("ixi", tmp_path)
 
 
 def test_a_3d_unet_trains_a_round(tmp_path):
-    fakes.ixi(tmp_path, subjects={"Guys": (2, 1), "HH": (2, 1), "IOP": (2, 1)})
+    write_fake(tmp_path, subjects={"Guys": (2, 1), "HH": (2, 1), "IOP": (2, 1)})
     config = {
         "task": {"name": "ixi", "path": str(tmp_path), "shape": [8, 8, 8]},
         "unet_channels": [4, 8],

@@ -1,11 +1,11 @@
 """lung-cxr: image and mask folders, Montgomery and Shenzhen naming, FedHelp's clients."""
 
 from fedkit_core.api import prepare, resolve_config
-from fedkit_core.tasks import fakes
+from fedkit_core.tasks.lung import write_fake
 
 
 def test_sources_become_sites_and_unannotated_images_are_left_out(tmp_path, load):
-    fakes.lung_cxr(tmp_path, per_source=4)
+    write_fake(tmp_path, per_source=4)
     data = load("lung-cxr", tmp_path, image_size=16)
     assert list(data.sites) == ["Montgomery", "Shenzhen"] and data.has_sites
     for splits in data.sites.values():
@@ -18,7 +18,7 @@ def test_sources_become_sites_and_unannotated_images_are_left_out(tmp_path, load
 
 
 def test_fedhelp_partition_makes_three_clients(tmp_path):
-    fakes.lung_cxr(tmp_path, per_source=10)
+    write_fake(tmp_path, per_source=10)
     config, _ = resolve_config(
         {
             "task": {"name": "lung-cxr", "path": str(tmp_path), "image_size": 8},

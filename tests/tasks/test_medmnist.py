@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fedkit_core.errors import FedkitError
-from fedkit_core.tasks import fakes
+from fedkit_core.tasks.medmnist import write_fake
 from fedkit_core.testing import shared_data
 
 pytest.importorskip("medmnist", reason="the medmnist package (fedkit[medmnist]) is not installed")
@@ -29,7 +29,7 @@ def test_real_retinamnist_is_rgb_and_long_tailed(load):
 
 
 def test_fake_file_and_errors(tmp_path, load):
-    fakes.medmnist(tmp_path, flag="breastmnist")
+    write_fake(tmp_path, flag="breastmnist")
     data = load("medmnist", tmp_path, flag="breastmnist")
     assert data.class_names == ["malignant", "normal, benign"]
     with pytest.raises(FedkitError, match="pneumoniamnist.npz is not there.*task.download=true"):

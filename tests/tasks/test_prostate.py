@@ -5,8 +5,8 @@ import torch
 
 from fedkit_core import run
 from fedkit_core.errors import FedkitError
-from fedkit_core.tasks import fakes
 from fedkit_core.tasks.files import DataWarning
+from fedkit_core.tasks.prostate import SITES, write_fake, write_fake_volumes
 from fedkit_core.testing import shared_data
 
 
@@ -17,9 +17,9 @@ def organ_is_bright(split) -> bool:
 
 
 def test_slices_give_six_sites_with_dark_masks_as_prostate(tmp_path, load):
-    base = fakes.prostate_slices(tmp_path, counts={"train": 3, "val": 1, "test": 2})
+    base = write_fake(tmp_path, counts={"train": 3, "val": 1, "test": 2})
     data = load("prostate", tmp_path, image_size=16)  # a parent of ProstateSlice is fine
-    assert list(data.sites) == list(fakes.PROSTATE_SITES)
+    assert list(data.sites) == list(SITES)
     assert data.class_names == ["background", "prostate"]
     bidmc = data.sites["BIDMC"]
     assert {k: len(v) for k, v in bidmc.items()} == {"train": 3, "val": 1, "test": 2}
@@ -31,7 +31,7 @@ def test_slices_give_six_sites_with_dark_masks_as_prostate(tmp_path, load):
 
 
 def test_augment_flips_image_and_mask_together(tmp_path, load):
-    fakes.prostate_slices(tmp_path, sites=["BIDMC"], counts={"train": 4})
+    write_fake(tmp_path, sites=["BIDMC"], counts={"train": 4})
     data = load("prostate", tmp_path, image_size=16, augment=True)
     train = data.sites["BIDMC"]["train"]
     x, y = train.images.float(), train.targets.long()  # as client batches hand them out
@@ -56,13 +56,13 @@ def test_augment_flips_image_and_mask_together(tmp_path, load):
 
 
 def test_mask_foreground_can_be_forced(tmp_path, load):
-    fakes.prostate_slices(tmp_path, sites=["BIDMC", "HK"])
+    write_fake(tmp_path, sites=["BIDMC", "HK"])
     flipped = load("prostate", tmp_path, image_size=16, mask_foreground="bright", cache=False)
     assert not organ_is_bright(flipped.sites["HK"]["train"])
 
 
 def test_volumes_are_sliced_split_by_case_and_empty_slices_dropped(tmp_path, load):
-    fakes.prostate_volumes(tmp_path, sites=("BIDMC", "HK", "ISBI", "ISBI_1.5"), cases=5)
+    write_fake_volumes(tmp_path, sites=("BIDMC", "HK", "ISBI", "ISBI_1.5"), cases=5)
     data = load("prostate", tmp_path, image_size=16)
     assert list(data.sites) == ["BIDMC", "HK", "RUNMC", "BMC"]  # ISBI folders are renamed
     hk = data.sites["HK"]  # HK's masks end in _Segmentation
@@ -83,7 +83,7 @@ def test_missing_layout_names_the_sites_and_source(tmp_path, load):
 
 
 def test_site_without_train_pairs_is_an_error(tmp_path, load):
-    base = fakes.prostate_slices(tmp_path, sites=["BIDMC", "HK"])
+    base = write_fake(tmp_path, sites=["BIDMC", "HK"])
     for mask in (base / "HK" / "train" / "mask").iterdir():
         mask.unlink()
     with (
@@ -97,7 +97,7 @@ def test_real_samples_load_six_sites(load):
     path = shared_data("seg", "site_samples", "midss_fundus4_prostate6", "ProstateSlice")
     with pytest.warns(DataWarning, match="I2CVB/train.*00_01.png <-> 00_00.png"):
         data = load("prostate", path)
-    assert list(data.sites) == list(fakes.PROSTATE_SITES)
+    assert list(data.sites) == list(SITES)
     for site, splits in data.sites.items():
         assert set(splits) == {"train", "test"}, site
         for split in splits.values():

@@ -5,15 +5,14 @@ import pytest
 
 from fedkit_core.api import prepare, resolve_config
 from fedkit_core.errors import FedkitError
-from fedkit_core.tasks import fakes
-from fedkit_core.tasks.rsna import SUBTYPES, dicom_hounsfield
+from fedkit_core.tasks.rsna import SUBTYPES, dicom_hounsfield, write_fake, write_fake_dicom
 
 pytest.importorskip("pydicom", reason="pydicom (fedkit[dicom]) reads the RSNA DICOM files")
 
 
 @pytest.mark.parametrize("fmt", ["dcm", "png"])
 def test_single_subtype_images_with_aligned_labels(tmp_path, load, fmt):
-    fakes.rsna_ich(tmp_path, fmt=fmt)
+    write_fake(tmp_path, fmt=fmt)
     data = load("rsna-ich", tmp_path, image_size=16)
     assert data.class_names == list(SUBTYPES)
     train = data.sites["all"]["train"]
@@ -28,7 +27,7 @@ def test_single_subtype_images_with_aligned_labels(tmp_path, load, fmt):
 def test_wrong_intercept_of_12_bit_scans_is_repaired(tmp_path):
     import pydicom
 
-    fakes._write_dicom(tmp_path / "a.dcm", np.full((4, 4), 30.0), intercept=-1024.0)
+    write_fake_dicom(tmp_path / "a.dcm", np.full((4, 4), 30.0), intercept=-1024.0)
     ds = pydicom.dcmread(tmp_path / "a.dcm")
     # the challenge's faulty files: 12-bit unsigned pixels holding HU modulo 4096, intercept 0
     ds.BitsStored, ds.PixelRepresentation, ds.RescaleIntercept = 12, 0, 0
@@ -42,7 +41,7 @@ def test_wrong_intercept_of_12_bit_scans_is_repaired(tmp_path):
 
 @pytest.mark.parametrize("preset,clients", [("split1", 5), ("split2", 10)])
 def test_fca_splits_are_named_partitions(tmp_path, preset, clients):
-    fakes.rsna_ich(tmp_path, fmt="png", size=8)
+    write_fake(tmp_path, fmt="png", size=8)
     config, _ = resolve_config(
         {"task": {"name": "rsna-ich", "path": str(tmp_path)}, "partition.preset": preset}
     )
@@ -65,7 +64,7 @@ def test_missing_label_csv(tmp_path, load):
 def test_wide_csv_and_png_images(tmp_path, load):
     import csv
 
-    fakes.rsna_ich(tmp_path, fmt="png")
+    write_fake(tmp_path, fmt="png")
     long = tmp_path / "stage_2_train.csv"
     flags: dict[str, dict[str, str]] = {}
     with long.open() as fh:

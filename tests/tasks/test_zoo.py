@@ -1,12 +1,14 @@
 """The zoo as a whole: `fedkit tasks`, missing-data errors, and caching through a loader."""
 
+import importlib
+
 import pytest
 from typer.testing import CliRunner
 
 from fedkit_core.cli import app as cli
 from fedkit_core.errors import FedkitError
-from fedkit_core.tasks import fakes, files
-from fedkit_core.tasks.registry import all_tasks
+from fedkit_core.tasks import files, fundus
+from fedkit_core.tasks.registry import BUILTINS, all_tasks, get_task
 
 ZOO = (
     "prostate",
@@ -25,7 +27,7 @@ ZOO = (
 
 def test_fedkit_tasks_lists_every_task_and_its_data(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDKIT_DATA", str(tmp_path))
-    fakes.fundus(tmp_path / "rif")
+    fundus.write_fake(tmp_path / "rif")
     (tmp_path / "prostate").mkdir()
     monkeypatch.setattr(cli.console, "width", 250)  # one table row per line
     result = CliRunner().invoke(cli.app, ["tasks"])
@@ -44,6 +46,16 @@ def test_fedkit_tasks_lists_every_task_and_its_data(tmp_path, monkeypatch):
     assert "not in layout" in rows["prostate"]
     assert "missing" in rows["ixi"]
     assert "split1, split2" in rows["rsna-ich"]
+
+
+@pytest.mark.parametrize("name", ("npz", "npz-seg", *ZOO))
+def test_each_task_module_is_one_unit(tmp_path, name):
+    """A built-in task's module holds its spec, its loader and a fake copy of its data in
+    the layout the spec describes (its markers find it)."""
+    module = importlib.import_module(BUILTINS[name])
+    assert module.SPEC is get_task(name) and callable(module.load)
+    path = module.write_fake(tmp_path / "data")
+    assert module.SPEC.data_status(str(path)) == "found"
 
 
 @pytest.mark.parametrize("name", ZOO)
@@ -68,7 +80,7 @@ def test_missing_data_names_layout_and_source(tmp_path, load, name, state):
 
 
 def test_second_load_skips_decoding(tmp_path, load, monkeypatch):
-    fakes.fundus(tmp_path, counts={"train": 2, "test": 1})
+    fundus.write_fake(tmp_path, counts={"train": 2, "test": 1})
     calls = []
     read = files.read_image
     monkeypatch.setattr(files, "read_image", lambda *a, **k: calls.append(1) or read(*a, **k))
