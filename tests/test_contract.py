@@ -45,7 +45,9 @@ class Probe:
     @hookimpl
     def fedkit_configure_fit(self, server, client_id):
         server.state["sent"] = server.state.get("sent", 0) + 1
-        return Payload({"probe.id": torch.tensor([float(client_id[-1])])}, {"probe.round": server.round})
+        return Payload(
+            {"probe.id": torch.tensor([float(client_id[-1])])}, {"probe.round": server.round}
+        )
 
     @hookimpl
     def fedkit_client_priors(self, client):
@@ -74,8 +76,15 @@ class Probe:
         self.note("scratch_at_start", dict(client.scratch))
         client.scratch["received_head"] = client.model.head.weight.detach().clone()
         client.state["fits"] = client.state.get("fits", 0) + 1
-        self.note("received", (client.id, client.round, dict(client.received.scalars),
-                               client.received.arrays["probe.id"].item()))
+        self.note(
+            "received",
+            (
+                client.id,
+                client.round,
+                dict(client.received.scalars),
+                client.received.arrays["probe.id"].item(),
+            ),
+        )
         self.note("own_info", (client.id, client.info.id, client.info.num_train))
 
     @hookimpl
@@ -144,7 +153,9 @@ def test_every_hook_is_documented():
             f"{name} does not say what it returns"
         )
         first = getattr(spec, "fedkit_spec", {}).get("firstresult")
-        kind = "exclusive" if name in hookspecs.EXCLUSIVE_HOOKS else "first" if first else "additive"
+        kind = (
+            "exclusive" if name in hookspecs.EXCLUSIVE_HOOKS else "first" if first else "additive"
+        )
         assert kind in doc.lower(), f"{name} does not say it is {kind}"
 
 
@@ -375,7 +386,9 @@ class FrozenHead:
 
 
 def test_param_groups_give_parts_of_the_model_their_own_learning_rate():
-    results = run(tiny(rounds=1, optimizer="sgd", momentum=0.0, lr=0.1), plugins={"f": FrozenHead()})
+    results = run(
+        tiny(rounds=1, optimizer="sgd", momentum=0.0, lr=0.1), plugins={"f": FrozenHead()}
+    )
     for train in results.rounds[0]["train"].values():
         assert train["frozen.head"] == 0.0
         assert train["frozen.body"] > 0.0

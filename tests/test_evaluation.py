@@ -35,9 +35,7 @@ def test_federated_evaluation_matches_pooled(config):
 
 def test_federated_evaluation_sends_no_predictions_or_labels():
     pooled = run(tiny(rounds=1, evaluation="pooled", eval_batch_size=8))
-    bigger = run(
-        tiny(rounds=1, evaluation="pooled", task={"head_samples": 48}, eval_batch_size=8)
-    )
+    bigger = run(tiny(rounds=1, evaluation="pooled", task={"head_samples": 48}, eval_batch_size=8))
     federated = run(tiny(rounds=1, evaluation="federated"))
     federated_bigger = run(tiny(rounds=1, evaluation="federated", task={"head_samples": 48}))
 
