@@ -140,6 +140,11 @@ class Federation:
     clients: dict[str, ClientData]
     device: torch.device
 
+    @property
+    def infos(self) -> dict[str, ClientInfo]:
+        """Every client's own statistics, as only a simulation holding all the data has them."""
+        return {cid: data.info() for cid, data in self.clients.items()}
+
 
 def prepare(config: Config, plugins: PluginSet) -> Federation:
     """Load and partition the task's data and describe it."""

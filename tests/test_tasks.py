@@ -17,10 +17,11 @@ def test_builtin_tasks_are_registered():
 def test_synthetic_is_deterministic_per_seed_and_long_tailed():
     a = prepare(*resolve_config(tiny(seed=3)))
     b = prepare(*resolve_config(tiny(seed=3)))
-    assert a.task.clients == b.task.clients
-    counts = np.sum([c.class_counts for c in a.task.clients.values()], axis=0)
+    assert a.infos == b.infos
+    counts = np.sum([c.class_counts for c in a.infos.values()], axis=0)
     assert counts.max() >= 2.5 * counts.min()
     assert a.task.shot_groups and set(a.task.shot_groups) == {"head", "medium", "tail"}
+    assert a.task.client_ids == list(a.infos)
 
 
 def write_npz(path, **arrays):
@@ -33,7 +34,7 @@ def test_npz_classification_with_grey_and_rgb_images(tmp_path):
         path = str(npz.write_fake(tmp_path / str(channels), train=40, test=12, channels=channels))
         fed = prepare(*resolve_config({"task": {"name": "npz", "path": path}, "clients": 2}))
         assert fed.task.in_channels == channels
-        assert sum(c.num_test for c in fed.task.clients.values()) == 12
+        assert sum(c.num_test for c in fed.infos.values()) == 12
 
 
 @pytest.mark.parametrize(
@@ -140,17 +141,16 @@ def test_npz_path_missing_names_the_expected_layout(tmp_path):
 def test_npz_seg_sites_and_splits_from_arrays(tmp_path):
     path = str(npz_seg.write_fake(tmp_path, sites={"A": (15, 5), "B": (10, 0)}))
     fed = prepare(*resolve_config({"task": {"name": "npz-seg", "path": path}}))
-    assert set(fed.task.clients) == {"A", "B"}
-    assert fed.task.clients["A"].num_test == 5
-    assert fed.task.clients["B"].num_test == 2  # carved: task.test_fraction of 10
+    assert set(fed.infos) == {"A", "B"}
+    assert fed.infos["A"].num_test == 5
+    assert fed.infos["B"].num_test == 2  # carved: task.test_fraction of 10
 
 
 def test_real_pneumoniamnist_loads_with_official_sizes():
     path = shared_data("medmnist", "pneumoniamnist.npz")
     fed = prepare(*resolve_config({"task": {"name": "npz", "path": str(path)}, "clients": 4}))
     total = {
-        k: sum(getattr(c, f"num_{k}") for c in fed.task.clients.values())
-        for k in ("train", "val", "test")
+        k: sum(getattr(c, f"num_{k}") for c in fed.infos.values()) for k in ("train", "val", "test")
     }
     assert total == {"train": 4708, "val": 524, "test": 624}
     assert fed.task.num_classes == 2 and fed.task.image_shape == (28, 28)

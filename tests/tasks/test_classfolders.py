@@ -55,7 +55,11 @@ def test_hyperkvasir_nested_tree_and_shot_groups(tmp_path):
     assert len(fed.task.class_names) == 23
     assert fed.task.class_names[0] == "barrett's esophagus"
     assert "ulcerative colitis grade 0 1" in fed.task.class_names
-    groups = fed.task.shot_groups
+    # the server derives the groups from the class counts clients send at setup
+    from fedkit_core.engines.server import shot_groups
+
+    counts = sum(np.asarray(data.info().class_counts) for data in fed.clients.values())
+    groups = shot_groups(counts, config["task.shot_thresholds"])
     assert sorted(groups["head"] + groups["medium"] + groups["tail"]) == list(range(23))
 
 
@@ -76,7 +80,7 @@ def test_pneumonia_fedhelp_partition_follows_the_fractions(tmp_path):
         }
     )
     fed = prepare(config, None)
-    sizes = [c.num_train + c.num_val for c in fed.task.clients.values()]
+    sizes = [c.num_train + c.num_val for c in fed.infos.values()]
     assert sizes == [60, 20, 8, 6, 4, 2]
 
 

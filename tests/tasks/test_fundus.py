@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedkit_core import run
+from fedkit_core import resolve_config, run
+from fedkit_core.api import prepare
 from fedkit_core.tasks.fundus import DOMAINS, mask_labels, write_fake
 from fedkit_core.testing import shared_data
 
@@ -34,15 +35,10 @@ def test_four_domains_become_four_named_sites(tmp_path, load):
 
 def test_val_is_a_fifth_of_train_by_default(tmp_path):
     write_fake(tmp_path, counts={"train": 5, "test": 1})
-    results = run(
-        {
-            "task": {"name": "rif", "path": str(tmp_path), "image_size": 16},
-            "unet_channels": [4, 8],
-            "rounds": 1,
-            "checkpoint": False,
-        }
+    fed = prepare(
+        *resolve_config({"task": {"name": "rif", "path": str(tmp_path), "image_size": 16}})
     )
-    sizes = {cid: (c["num_train"], c["num_val"]) for cid, c in results["task"]["clients"].items()}
+    sizes = {cid: (c.num_train, c.num_val) for cid, c in fed.infos.items()}
     assert sizes == dict.fromkeys(SITES, (4, 1))
 
 

@@ -26,5 +26,5 @@ def test_fedhelp_partition_makes_three_clients(tmp_path):
         }
     )
     fed = prepare(config, None)
-    sizes = [c.num_train + c.num_val + c.num_test for c in fed.task.clients.values()]
+    sizes = [c.num_train + c.num_val + c.num_test for c in fed.infos.values()]
     assert len(sizes) == 3 and sizes[0] == sizes[1] > 4 * sizes[2] > 0

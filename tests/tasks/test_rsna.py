@@ -49,7 +49,7 @@ def test_fca_splits_are_named_partitions(tmp_path, preset, clients):
     assert config["partition.alphas"][0] == 0.5 and config["partition.alphas"][-1] == 50.0
     assert config["partition.drop_prob"] == (0.3 if preset == "split2" else 0.0)
     fed = prepare(config, None)
-    assert len(fed.task.clients) == clients
+    assert len(fed.task.client_ids) == clients
 
 
 def test_missing_label_csv(tmp_path, load):
