@@ -7,20 +7,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedkit_core import hookimpl, run
+from fedkit_core import run
+from fedkit_core.plugin import hookimpl
 
 
 class WorstClassRecall:
     """An application-specific metric, added without writing a package: the lowest per-class
-    recall, computed on the server from the pooled prediction arrays."""
+    recall, computed on the server from the pooled prediction arrays (evaluation=pooled) or
+    from the summed confusion matrices (evaluation=federated)."""
 
     @hookimpl
-    def fedkit_metrics(self, task, arrays):
-        if "probs" not in arrays:
+    def fedkit_metrics(self, server, arrays):
+        if "confusion" in arrays:
+            confusion = arrays["confusion"]
+            present = confusion.sum(1) > 0
+            recalls = np.diag(confusion)[present] / confusion.sum(1)[present]
+        elif "probs" in arrays:
+            labels, pred = arrays["labels"], arrays["probs"].argmax(1)
+            recalls = [float((pred[labels == c] == c).mean()) for c in np.unique(labels)]
+        else:
             return None
-        labels, pred = arrays["labels"], arrays["probs"].argmax(1)
-        recalls = [float((pred[labels == c] == c).mean()) for c in np.unique(labels)]
-        return {"worst_class_recall": min(recalls)}
+        return {"worst_class_recall": float(min(recalls))}
 
 
 def main() -> None:

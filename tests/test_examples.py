@@ -14,8 +14,13 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
     "path", sorted(EXAMPLES.rglob("*.yaml")), ids=lambda p: str(p.relative_to(EXAMPLES))
 )
 def test_example_configs_resolve(path):
-    config, _ = resolve_config(str(path))
+    base = OVERLAYS.get(path.relative_to(EXAMPLES).as_posix())
+    config, _ = resolve_config([str(EXAMPLES / base), str(path)] if base else str(path))
     assert config["rounds"] >= 1
+
+
+#: configs meant to be put on top of another (a runspec of `fedkit compare --config BASE`)
+OVERLAYS = {"fed-mas/kd-only.yaml": "fed-mas/offline.yaml"}
 
 
 def test_embedding_example_runs(capsys, monkeypatch):
