@@ -13,9 +13,7 @@ fedkit_api = 2
 @hookimpl
 def fedkit_options():
     return [
-        Option(
-            "mu", float, 0.01, "weight of the proximal term mu/2 * ||w - w_global||^2", min=0.0
-        )
+        Option("mu", float, 0.01, "weight of the proximal term mu/2 * ||w - w_global||^2", min=0.0)
     ]
 
 

@@ -90,9 +90,7 @@ def _log_prior(client):
 @hookimpl
 def fedkit_task_loss(client, batch, outputs):
     """``l1 * BSM(federated head)`` with the client's priors (eps 1e-9 as in the paper)."""
-    return client.options()["l1"] * losses.head_loss(
-        outputs["logits"], batch.y, _log_prior(client)
-    )
+    return client.options()["l1"] * losses.head_loss(outputs["logits"], batch.y, _log_prior(client))
 
 
 @hookimpl

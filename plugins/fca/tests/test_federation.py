@@ -17,8 +17,8 @@ from sklearn.metrics import balanced_accuracy_score, roc_auc_score
 from fedkit_core import hookimpl, resume, run
 from fedkit_core.api import prepare, resolve_config
 from fedkit_core.engines.client import build_model
-from fedkit_core.engines.context import ModelContext
 from fedkit_core.errors import ClientFailure
+from fedkit_core.plugin import ClientContext
 from fedkit_core.testing import tiny
 
 PREFIX = f"extras.{fca.PERSONAL}."
@@ -129,7 +129,7 @@ def test_resume_after_a_crash_gives_the_uninterrupted_run(spied, tmp_path):
         run(config(), plugins={"fca": fca, "spy": Spy(crash_in_round=2)}, out=out)
     assert checkpoint(out)[0]["next_round"] == 2
     resumed = resume(out, plugins={"fca": fca, "spy": Spy()})
-    for scope in ("global", "clients", "summary"):
+    for scope in ("global", "clients", "summary", "views"):
         assert resumed.final[scope] == whole.final[scope]
     for cid, state in checkpoint(out)[1].items():
         for key, value in state["private"].items():
@@ -137,8 +137,8 @@ def test_resume_after_a_crash_gives_the_uninterrupted_run(spied, tmp_path):
 
 
 def test_segmentation_tasks_are_refused_with_a_clear_message():
-    task = SimpleNamespace(kind="segmentation", name="prostate")
-    assert "fca needs a classification task" in fca.fedkit_check(task=task, config=None)
+    server = SimpleNamespace(task=SimpleNamespace(kind="segmentation", name="prostate"))
+    assert "fca needs a classification task" in fca.fedkit_check(server=server)
 
 
 def bacc_bauc(probs, labels):
@@ -156,7 +156,8 @@ def predictions(out):
     server, clients = checkpoint(out)
     result = {}
     for cid, data in fed.clients.items():
-        model = build_model(plugin_set, ModelContext(fed.task, cfg, cid))
+        ctx = ClientContext(fed.task, cfg, torch.device("cpu"), client_id=cid, info=data.info())
+        model = build_model(plugin_set, ctx)
         model.load_shared(server["global_state"])
         model.load_private(clients[cid]["private"])
         model.eval()
@@ -181,7 +182,11 @@ def test_generalisation_and_specialisation_as_the_paper_defines_them(spied):
     g_bacc, g_bauc = bacc_bauc(federated, labels)
     assert final["global"]["bacc"] == pytest.approx(g_bacc, abs=1e-9)
     assert final["global"]["bauc"] == pytest.approx(g_bauc, abs=1e-6)
-    # specialisation: each client's personalised head on its own test set
+    # ... which is the pooled score of the view "global" (the received global model)
+    assert final["views"]["global"]["global"] == final["global"]
+    # specialisation: each client's personalised head on its own test set (the view
+    # "personal", which also scores the clients in the per-client scopes)
+    assert final["views"]["personal"]["clients"] == final["clients"]
     differs = False
     for cid, (y, fed_probs, personal_probs) in preds.items():
         s_bacc, s_bauc = bacc_bauc(personal_probs, y)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from fedkit_fca import losses, plugin
 
-from fedkit_core.losses import log_prior
+from fedkit_core.plugin import log_prior, plugin_scope
 
 rng = np.random.default_rng(0)
 FED = rng.normal(size=(6, 4)) * 2
@@ -92,7 +92,7 @@ def test_direction_sets_teacher_and_stop_gradient(direction, fed_grad, personal_
 def fake_client(**options):
     opts = {opt.name: opt.default for opt in plugin.fedkit_options()} | options
     return SimpleNamespace(
-        options=lambda name: opts if name == plugin.NAME else {},
+        options=lambda: opts,
         log_prior=lambda eps: log_prior(COUNTS, eps),
     )
 
@@ -102,8 +102,9 @@ def test_local_loss_is_l1_bsm_plus_l2_bsm_plus_kl():
     client = fake_client()
     batch = SimpleNamespace(y=torch.tensor(LABELS))
     outputs = {"logits": t(FED), plugin.PERSONAL: t(PERSONAL)}
-    task = plugin.fedkit_task_loss(client=client, batch=batch, outputs=outputs)
-    terms = plugin.fedkit_loss_terms(client=client, batch=batch, outputs=outputs)
+    with plugin_scope("fca"):
+        task = plugin.fedkit_task_loss(client=client, batch=batch, outputs=outputs)
+        terms = plugin.fedkit_loss_terms(client=client, batch=batch, outputs=outputs)
     assert set(terms) == {"fca.personal", "fca.consistency"}
     total = task + sum(terms.values())
     want = (
@@ -118,8 +119,9 @@ def test_options_weight_and_switch_off_the_terms():
     client = fake_client(l1=0.5, l2=2.0, consistency="off", calibration="ce")
     batch = SimpleNamespace(y=torch.tensor(LABELS))
     outputs = {"logits": t(FED), plugin.PERSONAL: t(PERSONAL)}
-    task = plugin.fedkit_task_loss(client=client, batch=batch, outputs=outputs)
-    terms = plugin.fedkit_loss_terms(client=client, batch=batch, outputs=outputs)
+    with plugin_scope("fca"):
+        task = plugin.fedkit_task_loss(client=client, batch=batch, outputs=outputs)
+        terms = plugin.fedkit_loss_terms(client=client, batch=batch, outputs=outputs)
     assert set(terms) == {"fca.personal"}
     ce = lambda z: np.mean(-np.log(softmax(z)[np.arange(6), LABELS]))  # noqa: E731
     assert task.item() == pytest.approx(0.5 * ce(FED), rel=1e-5)

@@ -9,11 +9,11 @@ import pytest
 import torch
 from fedkit_fed_lwr import plugin
 
-from fedkit_core import FedkitError, Reply, run
+from fedkit_core import run
 from fedkit_core.api import prepare, resolve_config
 from fedkit_core.engines.client import ClientRuntime
-from fedkit_core.engines.context import ServerContext
-from fedkit_core.messages import Message, Update
+from fedkit_core.messages import Message
+from fedkit_core.plugin import FedkitError, Reply, ServerContext, Update, plugin_scope
 from fedkit_core.tasks.registry import all_tasks
 from fedkit_core.testing import shared_data, tiny_seg
 
@@ -46,7 +46,8 @@ def test_aggregate_sends_the_uniform_anchor_and_reweights_each_layer():
             for cid, s in sims.items()
         }
 
-    out = plugin.fedkit_aggregate(server=server_for(), updates=updates, ask=ask)
+    with plugin_scope("fed-lwr"):
+        out = plugin.fedkit_aggregate(server=server_for(), updates=updates, ask=ask)
     assert asked["query"] == "fed-lwr.cka"
     uniform = {k: sum(s[k].double() for s in states) / 3 for k in states[0]}
     for key, value in asked["arrays"].items():  # uniform, not weighted by num_examples
@@ -65,7 +66,7 @@ def test_aggregate_falls_back_to_uniform_when_a_client_measured_nothing(caplog):
     updates = [Update(f"c{k}", s, {"num_examples": 5}) for k, s in enumerate(states)]
     replies = {"c0": Reply(scalars={"fed-lwr.cka.enc1.0": 0.3}), "c1": Reply(scalars={})}
     server = server_for()
-    with caplog.at_level(logging.WARNING, "fedkit.fed-lwr"):
+    with caplog.at_level(logging.WARNING, "fedkit.fed-lwr"), plugin_scope("fed-lwr"):
         out = plugin.fedkit_aggregate(server=server, updates=updates, ask=lambda *a, **k: replies)
     uniform = (states[0]["enc1.0.weight"] + states[1]["enc1.0.weight"]) / 2
     assert torch.allclose(out["enc1.0.weight"], uniform, atol=1e-6)
@@ -80,7 +81,8 @@ def test_model_granularity_weighs_every_entry_with_one_layer():
         "c1": Reply(scalars={"fed-lwr.cka.bottleneck.4": 0.4}),
     }
     server = server_for(**{"fed-lwr.granularity": "model"})
-    out = plugin.fedkit_aggregate(server=server, updates=updates, ask=lambda *a, **k: replies)
+    with plugin_scope("fed-lwr"):
+        out = plugin.fedkit_aggregate(server=server, updates=updates, ask=lambda *a, **k: replies)
     for key in ("enc1.0.weight", "up1.bias", "out.weight"):
         expected = 0.25 * states[0][key] + 0.75 * states[1][key]
         assert torch.allclose(out[key], expected, atol=1e-6), key
@@ -109,9 +111,9 @@ def test_client_answers_with_one_cka_per_named_layer(client):
     assert names == convs_and_norms
     assert all(reply.scalars[f"fed-lwr.cka.{n}"] == pytest.approx(1.0, abs=1e-5) for n in names)
     assert set(reply.scalars) == {f"fed-lwr.cka.{n}" for n in names}  # nothing else goes up
-    assert (
-        plugin.fedkit_answer_query(client=client.ctx, query="other", arrays={}, scalars={}) is None
-    )
+    with plugin_scope("fed-lwr"):
+        other = plugin.fedkit_answer_query(client=client.ctx, query="other", arrays={}, scalars={})
+    assert other is None
 
 
 def test_client_cka_drops_for_a_different_anchor(client):
@@ -119,9 +121,10 @@ def test_client_cka_drops_for_a_different_anchor(client):
     moved = {
         k: v + 0.2 * torch.randn_like(v) if v.is_floating_point() else v for k, v in state.items()
     }
-    reply = plugin.fedkit_answer_query(
-        client=client.ctx, query="fed-lwr.cka", arrays=moved, scalars={}
-    )
+    with plugin_scope("fed-lwr"):
+        reply = plugin.fedkit_answer_query(
+            client=client.ctx, query="fed-lwr.cka", arrays=moved, scalars={}
+        )
     values = [v for k, v in reply.scalars.items() if k.startswith("fed-lwr.cka.")]
     assert min(values) < 0.99
     after = client.ctx.model.shared_state()  # the anchor was a copy: the local model is intact
@@ -161,6 +164,7 @@ def test_ablations_run_end_to_end(caplog):
         ({"fed-lwr.batch_size": 2}, "at least 4"),
         ({"fed-lwr.layer": "backbone.x"}, "only used with fed-lwr.granularity=model"),
         ({"fed-lwr.clip": [0.5, 1.0]}, "fed-lwr.clip"),
+        ({"fed-lwr.passes": 0}, "fed-lwr.passes.*>= 1"),  # the option's range, at resolution
     ],
 )
 def test_bad_options_are_refused(overrides, message):

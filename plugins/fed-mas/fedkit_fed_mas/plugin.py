@@ -61,9 +61,7 @@ def fedkit_options():
             "checkpoint path or URL of the prior (open_clip: also a pretrained tag); "
             "'random' for smoke tests only",
         ),
-        Option(
-            "prior_image_size", int, None, "input side of the prior (default: its own)", min=1
-        ),
+        Option("prior_image_size", int, None, "input side of the prior (default: its own)", min=1),
         Option("prior_prefix", str, None, "key prefix of the prior in its checkpoint (auto)"),
         Option("lambda_f", float, 3.0, "weight of the prior-distance (KD) loss", min=0.0),
         Option(

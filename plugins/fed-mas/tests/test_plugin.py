@@ -14,12 +14,12 @@ from torch import nn
 
 from fedkit_core import FedkitError, hookimpl, resolve_config, run
 from fedkit_core.engines.client import ClientRuntime
-from fedkit_core.engines.context import ServerContext
-from fedkit_core.messages import Message, Update
+from fedkit_core.messages import Message
 from fedkit_core.models.networks import load_state_file
+from fedkit_core.plugin import CLASSIFICATION, ServerContext, TaskInfo, Update, plugin_scope
 from fedkit_core.plugins import PluginSet
-from fedkit_core.tasks.base import CLASSIFICATION, ClientData, Normalizer, Split, TaskInfo
-from fedkit_core.testing import shared_data, tiny
+from fedkit_core.tasks.base import ClientData, Normalizer, Split
+from fedkit_core.testing import shared_data, tiny, tiny_seg
 
 PROJECTOR, AUX, ENCODER = plugin.PROJECTOR, plugin.AUX, plugin.ENCODER
 LABELS = [0, 0, 0, 2, 2, 2, 2, 3, 0, 3]  # class 1 is missing on this client
@@ -39,7 +39,7 @@ def hand_client(rng_seed: int = 0, **options) -> tuple[ClientRuntime, torch.Tens
     images = torch.randint(0, 256, (len(LABELS), 3, 16, 16), generator=g, dtype=torch.uint8)
     split = Split(images, torch.tensor(LABELS))
     data = ClientData("c0", {"train": split, "val": split, "test": split}, 4, NORMALIZER)
-    task = TaskInfo("hand", CLASSIFICATION, ["a", "b", "c", "d"], 3, (16, 16), {"c0": data.info()})
+    task = TaskInfo("hand", CLASSIFICATION, ["a", "b", "c", "d"], 3, (16, 16), ["c0"])
     client = ClientRuntime("c0", data, task, config, plugins, torch.device("cpu"))
     torch.manual_seed(rng_seed)
     client.setup(Message("setup"))
@@ -99,7 +99,9 @@ def test_w_k_w_hat_and_rf_match_a_hand_computation():
     p, q = w[present] / w[present].sum(), w_hat[present] / w_hat[present].sum()
 
     reply = client.fit(Message("fit", arrays, {"round": 1, "lr": 0.0}))
-    state = client.ctx.state["fed-mas"]
+    # the round's sums are in fed-mas's scratch (per round), never in its checkpointed state
+    assert not client.ctx.states.get("fed-mas")
+    state = client.ctx.scratches["fed-mas"]
     got_w = (state["w_sum"] / state["w_count"].clamp_min(1)).numpy()
     got_w_hat = (state["w_hat_sum"] / state["w_hat_count"].clamp_min(1)).numpy()
     np.testing.assert_allclose(got_w[present], w[present], rtol=1e-5)
@@ -139,10 +141,12 @@ def test_prior_features_are_cached_by_sample_only_without_augmentation():
         return x.flip(-1), y
 
     client.ctx.data.augment = augment
-    assert plugin.CACHE not in plugin.fedkit_client_priors(client=client.ctx)
+    with plugin_scope("fed-mas"):
+        assert plugin.CACHE not in plugin.fedkit_client_priors(client=client.ctx)
     config, _ = resolve_config(fed_mas_config(cache_prior=False), plugins={"fed-mas": plugin})
     client.ctx.data.augment, client.ctx.config = None, config
-    assert plugin.CACHE not in plugin.fedkit_client_priors(client=client.ctx)
+    with plugin_scope("fed-mas"):
+        assert plugin.CACHE not in plugin.fedkit_client_priors(client=client.ctx)
 
 
 def test_options_drop_the_aux_head_and_the_mas_statistics():
@@ -150,7 +154,8 @@ def test_options_drop_the_aux_head_and_the_mas_statistics():
     assert AUX not in client.ctx.model.extras
     reply = client.fit(Message("fit", received_global(client), {"round": 1, "lr": 1e-3}))
     assert "fed-mas.rf" not in reply.scalars and "loss.fed-mas.aux" not in reply.scalars
-    assert "w_sum" not in client.ctx.state["fed-mas"]
+    assert "w_sum" not in client.ctx.scratches["fed-mas"]
+    assert not client.ctx.states.get("fed-mas")
     assert reply.scalars["loss.fed-mas.kd"] > 0
 
 
@@ -182,14 +187,16 @@ def test_training_settings_other_than_the_papers_are_warned(caplog):
     task = TaskInfo("t", CLASSIFICATION, ["a", "b"], 3, (8, 8))
     plain = tiny(**{"fed-mas": {"prior_weights": "random"}})  # fedkit's defaults
     config, _ = resolve_config(plain, plugins={"fed-mas": plugin})
-    with caplog.at_level("WARNING", logger="fedkit.fed-mas"):
-        assert plugin.fedkit_check(task=task, config=config) is None  # a warning, not a refusal
+    caplog.clear()  # resolving already ran the check once; hear the hook's own warning
+    with caplog.at_level("WARNING", logger="fedkit.fed-mas"), plugin_scope("fed-mas"):
+        server = ServerContext(task, config, torch.device("cpu"))
+        assert plugin.fedkit_check(server=server) is None  # a warning, not a refusal
     assert "loss=ce" in caplog.text and "grad_clip=None" in caplog.text
     caplog.clear()
     paper = {**fed_mas_config(), "grad_clip": 5.0, "keep_optimizer_state": True}
     config, _ = resolve_config(paper, plugins={"fed-mas": plugin})
-    with caplog.at_level("WARNING", logger="fedkit.fed-mas"):
-        plugin.fedkit_check(task=task, config=config)
+    with caplog.at_level("WARNING", logger="fedkit.fed-mas"), plugin_scope("fed-mas"):
+        plugin.fedkit_check(server=ServerContext(task, config, torch.device("cpu")))
     assert caplog.text == ""
 
 
@@ -251,7 +258,7 @@ def test_kd_only_falls_back_to_fedavg_and_missing_rf_is_an_error():
     server, _ = _server()
     updates = _updates()
     del updates[1].scalars["fed-mas.rf"]
-    with pytest.raises(FedkitError, match="c1.*fed-mas.rf"):
+    with pytest.raises(FedkitError, match="c1.*fed-mas.rf"), plugin_scope("fed-mas"):
         plugin.fedkit_aggregate(server=server, updates=updates, ask=None)
 
 
@@ -276,8 +283,12 @@ class PersonalHeadLoss:
         return {"other.personal": F.cross_entropy(outputs["other-head"], batch.y)}
 
     @hookimpl
-    def fedkit_personal_output(self, client):
-        return "other-head"
+    def fedkit_eval_views(self, client):
+        return {"personal": "other-head"}
+
+    @hookimpl
+    def fedkit_client_view(self, client):
+        return "personal"
 
 
 def test_mas_aggregation_combines_with_another_plugins_local_loss():
@@ -305,8 +316,11 @@ def test_kd_only_run_reports_the_kd_term_and_no_rescue_factor():
 def test_check_refuses_runs_it_cannot_serve():
     with pytest.raises(FedkitError, match="prior_weights"):
         run(tiny(**{"fed-mas": {"prior": "cifar-resnet20"}}), plugins={"fed-mas": plugin})
-    config, _ = resolve_config(fed_mas_config(prior="keras:resnet"), plugins={"fed-mas": plugin})
-    seg = TaskInfo("s", "segmentation", ["bg", "fg"], 1, (8, 8))
-    problems = plugin.fedkit_check(task=seg, config=config)
+    # fedkit_check runs when the config is resolved (before any data): a segmentation task
+    # with an unknown prior source gets both problems, one per line
+    seg = tiny_seg(**{"fed-mas": {"prior": "keras:resnet", "prior_weights": "random"}})
+    with pytest.raises(FedkitError) as refused:
+        resolve_config(seg, plugins={"fed-mas": plugin})
+    problems = str(refused.value).splitlines()
     assert any("classification" in p for p in problems)
     assert any("unknown prior source" in p for p in problems)
