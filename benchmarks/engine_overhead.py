@@ -20,9 +20,10 @@ import torch
 import torch.nn.functional as F
 
 from fedkit_core import run
-from fedkit_core.api import prepare, resolve_config
 from fedkit_core.engines.client import make_optimizer
+from fedkit_core.federation import prepare
 from fedkit_core.models import build_model
+from fedkit_core.resolve import resolve_config
 
 
 def bare_loop(config: dict) -> float:

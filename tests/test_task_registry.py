@@ -2,8 +2,8 @@
 
 import pytest
 
-from fedkit_core.api import resolve_config
 from fedkit_core.errors import FedkitError
+from fedkit_core.resolve import resolve_config
 from fedkit_core.tasks import registry
 from fedkit_core.tasks.registry import TaskSpec
 

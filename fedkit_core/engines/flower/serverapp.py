@@ -17,14 +17,16 @@ from flwr.app import Context
 from flwr.app import Message as FlowerMessage
 from flwr.serverapp import Grid
 
-from fedkit_core.api import finish_run, pick_device, resolve_config, shot_groups_of, write_results
 from fedkit_core.config import Config
+from fedkit_core.engines.driver import drive
 from fedkit_core.engines.flower.node import CONFIG_KEY, OUT_KEY, TASK_KEY
 from fedkit_core.engines.flower.records import MESSAGE_TYPES, from_records, to_records
 from fedkit_core.engines.server import Observer, Server
 from fedkit_core.errors import FedkitError
+from fedkit_core.federation import pick_device, shot_groups_of
 from fedkit_core.messages import Message
 from fedkit_core.plugins import PluginSet
+from fedkit_core.resolve import resolve_config
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir
 from fedkit_core.tasks.base import ClientInfo, TaskInfo
@@ -157,19 +159,21 @@ def serve(
     run_dir: RunDir | None,
     observer: Observer,
     nodes: int,
+    *,
+    resume: bool = False,
 ) -> Results:
-    """Run the federation of ``cfg`` on the SuperNodes of ``grid``; write and return results."""
+    """Run the federation of ``cfg`` on the SuperNodes of ``grid``; write and return results.
+    With ``resume``, continue from the checkpoint in ``run_dir`` (the nodes restore their
+    clients from their own checkpoints)."""
     started = time.perf_counter()
     opts = cfg.section("flower")
     transport = FlowerTransport(grid, observer, opts["timeout"])
     task = describe(transport, wait_for_nodes(grid, nodes, opts["wait"]), cfg)
     server = Server(cfg, plugin_set, task, pick_device(cfg["device"]), observer)
-    server.setup()
     transport.setup_scalars = {TASK_KEY: json.dumps(task.to_dict())}
-    server.setup_clients(transport, task.clients)
-    server.seconds += time.perf_counter() - started
-    server.run(transport, on_round=lambda srv: write_results("running", srv, plugin_set, run_dir))
-    return finish_run(server, plugin_set, run_dir)
+    return drive(
+        server, transport, task.clients, plugin_set, run_dir, resume=resume, started=started
+    )
 
 
 class LogObserver(Observer):
