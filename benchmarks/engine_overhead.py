@@ -20,8 +20,9 @@ import torch
 import torch.nn.functional as F
 
 from fedkit_core import run
-from fedkit_core.api import prepare, resolve_config
+from fedkit_core.federation import prepare
 from fedkit_core.models import build_model
+from fedkit_core.resolve import resolve_config
 
 
 def bare_optimizer(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:

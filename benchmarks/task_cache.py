@@ -23,7 +23,7 @@ from pathlib import Path
 CHILD = """
 import json, sys, time
 import monai.transforms  # imported before timing: both loads pay it equally
-from fedkit_core.api import resolve_config
+from fedkit_core.resolve import resolve_config
 from fedkit_core.tasks.loading import load_task
 config, _ = resolve_config({"task": json.loads(sys.argv[1])})
 start = time.perf_counter()

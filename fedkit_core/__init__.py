@@ -30,7 +30,7 @@ __all__ = [
 _LAZY = {
     "run": "fedkit_core.api",
     "resume": "fedkit_core.api",
-    "resolve_config": "fedkit_core.api",
+    "resolve_config": "fedkit_core.resolve",
     "Results": "fedkit_core.results.schema",
     "Reply": "fedkit_core.messages",
     "FedModel": "fedkit_core.models.fedmodel",

@@ -1,7 +1,8 @@
 """Run configuration: the core keys, YAML files, ``--set key=value`` and validation.
 
-A config is resolved from layers of increasing priority: the core defaults, the task's
-defaults, a YAML file, ``--set`` pairs, then CLI flags. Keys are flat and dotted
+A config is merged from layers of increasing priority: the core defaults, the task's
+defaults, a YAML file, ``--set`` pairs, then CLI flags (:func:`resolve` merges;
+:mod:`fedkit_core.resolve` decides which options a run has and fills in its ``auto`` values). Keys are flat and dotted
 (``task.path``, ``partition.alpha``, ``fed-mas.lambda_f``); YAML may nest them. The set of
 valid keys is the core's plus the chosen task's plus each active plugin's own options;
 anything else is an error that lists the valid keys.
@@ -15,14 +16,14 @@ from typing import Any
 
 import yaml
 
-from fedkit_core.engines.registry import ENGINES
 from fedkit_core.errors import FedkitError, unknown
 from fedkit_core.options import Option
 
 CORE_OPTIONS: tuple[Option, ...] = (
     Option("name", str, None, "label of the run (default: built from plugins and task)"),
     Option("plugins", "list[str]", [], "method plugins to activate (fedavg = none)"),
-    Option("engine", str, "local", "where the federation runs", choices=tuple(ENGINES)),
+    # its choices, the registered engines, are added when a run's config is resolved
+    Option("engine", str, "local", "where the federation runs (local, flower, ...)"),
     Option("device", str, "auto", "torch device: auto (GPU when present), cpu, cuda, cuda:1..."),
     Option("seed", int, 0, "seed of data partition, initialisation, sampling and shuffling"),
     Option("rounds", int, 10, "communication rounds"),

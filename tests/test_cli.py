@@ -1,5 +1,6 @@
 """The fedkit command end to end: outputs, exit codes for user errors, resume after SIGKILL."""
 
+import importlib.util
 import json
 import os
 import signal
@@ -164,9 +165,37 @@ def test_ctrl_c_exits_130_and_says_how_to_resume(tmp_path):
     assert "fedkit resume" in err and "Traceback" not in err
 
 
-def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path):
+def _numbers(tree, path=""):
+    """Every number in a JSON tree, by its path."""
+    if isinstance(tree, dict):
+        return {k: v for key in tree for k, v in _numbers(tree[key], f"{path}/{key}").items()}
+    if isinstance(tree, list):
+        return {k: v for i, x in enumerate(tree) for k, v in _numbers(x, f"{path}/{i}").items()}
+    return {path: tree} if isinstance(tree, (int, float)) and not isinstance(tree, bool) else {}
+
+
+FLOWER = {"engine": "flower", "flower": {"backend": "thread"}}
+
+
+@pytest.mark.parametrize(
+    "engine",
+    [
+        pytest.param({}, id="local"),
+        pytest.param(
+            FLOWER,
+            marks=[
+                pytest.mark.slow,
+                pytest.mark.skipif(
+                    importlib.util.find_spec("flwr") is None, reason="needs fedkit[flower]"
+                ),
+            ],
+            id="flower",
+        ),
+    ],
+)
+def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path, engine):
     config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump(tiny(rounds=12, checkpoint=True)))
+    config.write_text(yaml.safe_dump(tiny(rounds=12, checkpoint=True, **engine)))
     killed, straight = tmp_path / "killed", tmp_path / "straight"
     proc = _run_until_checkpoint(config, killed, 3)
     os.killpg(proc.pid, signal.SIGKILL)
@@ -182,11 +211,14 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path):
     a = json.loads((killed / "results.json").read_text())
     b = json.loads((straight / "results.json").read_text())
     assert a["status"] == "complete" and len(a["rounds"]) == 12
+    assert a["config"]["engine"] == (engine.get("engine") or "local")
+    final_a, final_b = _numbers(a["final"]), _numbers(b["final"])
+    del final_a["/wall_seconds"], final_b["/wall_seconds"]
+    assert final_a.keys() == final_b.keys() and len(final_a) > 20
+    assert max(abs(final_a[k] - final_b[k]) for k in final_a) == 0
     for key in ("global", "clients", "clients_mean", "fairness", "best"):
         assert a["final"][key] == b["final"][key]
-    assert not [p for p in (killed / "checkpoint").iterdir() if p.name.startswith(".")], (
-        "no temp files left"
-    )
+    assert not [p for p in (killed / "checkpoint").rglob(".*")], "no temp files left"
 
 
 def test_compare_two_runspecs_writes_table(tmp_path, tiny_yaml, capsys):

@@ -1,5 +1,5 @@
 """The Flower engine gives the local engine's results, keeps client state in Flower's context,
-carries extra round trips as Flower messages and survives failing clients.
+carries extra round trips as Flower messages, survives failing clients and resumes runs.
 
 Most runs use the ``thread`` backend (Flower's simulation runtime without Ray: fast and in
 this process, so throwaway plugins work); the Ray backend and the loopback deployment are
@@ -20,13 +20,14 @@ from torch import nn
 
 flwr = pytest.importorskip("flwr")
 
-from fedkit_core import FedkitError, Reply, hookimpl, run  # noqa: E402
+from fedkit_core import FedkitError, Reply, hookimpl, resume, run  # noqa: E402
 from fedkit_core.aggregation import weighted_average  # noqa: E402
 from fedkit_core.cli import main  # noqa: E402
 from fedkit_core.engines.flower import node as node_module  # noqa: E402
 from fedkit_core.engines.flower.records import from_records, to_records  # noqa: E402
 from fedkit_core.engines.flower.serverapp import FlowerTransport, wait_for_nodes  # noqa: E402
 from fedkit_core.engines.server import Observer  # noqa: E402
+from fedkit_core.errors import ClientFailure  # noqa: E402
 from fedkit_core.messages import Message  # noqa: E402
 from fedkit_core.testing import REPO_ROOT, tiny  # noqa: E402
 
@@ -268,7 +269,39 @@ def test_records_keep_names_dtypes_and_scalar_types():
     assert failed.error == "bad" and isinstance(failed.exception, FedkitError)
 
 
-def test_cli_runs_on_flower_and_resume_is_refused(tmp_path, capsys):
+class Stop:
+    """Every client fails in the training of round ``at`` (never with None)."""
+
+    def __init__(self, at: int | None = None):
+        self.at = at
+
+    @hookimpl
+    def fedkit_round_start(self, client):
+        if client.round == self.at:
+            raise RuntimeError("power cut")
+
+
+def test_a_crashed_run_resumes_on_flower_to_the_uninterrupted_results(tmp_path):
+    config = flower(tiny(rounds=3, checkpoint=True, keep_optimizer_state=True))
+
+    def plugins(stop_at=None):
+        return {"personal": Personal(), "anchored": Anchored(), "stop": Stop(stop_at)}
+
+    straight = run(config, plugins=plugins())
+    out = tmp_path / "run"
+    with pytest.raises(ClientFailure, match="power cut"):
+        run(config, plugins=plugins(stop_at=3), out=out)
+    assert json.loads((out / "checkpoint" / "latest.json").read_text())["round"] == 2
+    resumed = resume(out, plugins=plugins())
+    assert_same_results(straight, resumed, tol=0)
+    # private head, plugin state and optimiser moments came back from each node's checkpoint
+    assert [r["train"]["site0"]["personal.fits"] for r in resumed.rounds] == [1, 2, 3]
+    for cid in ("site0", "site1", "site2"):
+        kept = sorted(p.name for p in (out / "checkpoint" / "clients" / cid).iterdir())
+        assert kept == ["r2.pt", "r3.pt"]
+
+
+def test_cli_runs_and_resumes_on_flower(tmp_path, capsys):
     import yaml
 
     path = tmp_path / "tiny.yaml"
@@ -278,10 +311,8 @@ def test_cli_runs_on_flower_and_resume_is_refused(tmp_path, capsys):
     assert main([*argv, "--out", str(out), "-q"]) == 0
     results = json.loads((out / "results.json").read_text())
     assert results["status"] == "complete" and (out / "metrics.csv").is_file()
-    results["status"] = "running"  # as if interrupted
-    (out / "results.json").write_text(json.dumps(results))
-    assert main(["resume", str(out), "-q"]) == 2
-    assert "engine=flower cannot be resumed" in capsys.readouterr().err
+    assert main(["resume", str(out), "-q"]) == 0  # a complete run is returned as it is
+    assert json.loads((out / "results.json").read_text()) == results
 
 
 # ---------------------------------------------------------------------- installed methods

@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from fedkit_core.api import prepare, resolve_config
+from fedkit_core.federation import prepare
+from fedkit_core.resolve import resolve_config
 
 
 def test_unsplit_site_gets_carved_splits(tmp_path):

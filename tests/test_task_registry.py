@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import fedkit_core.tasks
-from fedkit_core.api import resolve_config
 from fedkit_core.errors import FedkitError
+from fedkit_core.resolve import resolve_config
 from fedkit_core.tasks import registry
 from fedkit_core.tasks.base import CLASSIFICATION, Split, TaskData
 from fedkit_core.tasks.loading import load_task

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fedkit_core import FedkitError, resolve_config, run
-from fedkit_core.api import prepare
+from fedkit_core.federation import prepare
 from fedkit_core.tasks import npz, npz_seg
 from fedkit_core.tasks.registry import all_tasks
 from fedkit_core.testing import shared_data, tiny

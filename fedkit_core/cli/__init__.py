@@ -18,7 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     args = [a for a in args if a != "--debug"]
     from rich.text import Text
 
-    from fedkit_core.cli.app import app, err_console
+    from fedkit_core.cli.app import app
+    from fedkit_core.cli.options import err_console
     from fedkit_core.errors import FedkitError
 
     command = __import__("typer").main.get_command(app)

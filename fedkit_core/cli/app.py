@@ -3,12 +3,27 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import typer
-from rich.console import Console
 
-from fedkit_core.config import load_yaml, parse_sets
+from fedkit_core.cli.flower import flower_app
+from fedkit_core.cli.options import (
+    ClientsOpt,
+    ConfigOpt,
+    DeviceOpt,
+    EngineOpt,
+    PluginOpt,
+    QuietOpt,
+    RoundsOpt,
+    SeedOpt,
+    SetOpt,
+    TaskOpt,
+    console,
+    finish,
+    layers_of,
+    progress,
+)
+from fedkit_core.config import parse_sets
 
 app = typer.Typer(
     help="fedkit: run, compare and reproduce federated learning methods on medical images.",
@@ -16,57 +31,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
-
-PluginOpt = typer.Option(
-    [], "--plugin", "-p", help="method plugin to activate (repeatable; fedavg = none)"
-)
-TaskOpt = typer.Option(None, "--task", "-t", help="task name (see `fedkit tasks`)")
-ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config file")
-SetOpt = typer.Option([], "--set", "-s", help="override a config key: key=value (repeatable)")
-RoundsOpt = typer.Option(None, "--rounds", help="communication rounds")
-ClientsOpt = typer.Option(None, "--clients", help="number of clients")
-SeedOpt = typer.Option(None, "--seed", help="random seed")
-EngineOpt = typer.Option(None, "--engine", help="local or flower")
-DeviceOpt = typer.Option(None, "--device", help="auto, cpu, cuda, ...")
-QuietOpt = typer.Option(False, "--quiet", "-q", help="no progress display")
-
-
-def _layers(
-    config: Path | None, plugins: list[str], task: str | None, sets: list[str], **flags: Any
-) -> list[dict[str, Any]]:
-    """Config layers, lowest priority first: YAML file, --plugin/--task, --set, flags."""
-    layers: list[dict[str, Any]] = []
-    base = load_yaml(config) if config else {}
-    layers.append(base)
-    cli: dict[str, Any] = {}
-    if plugins:
-        cli["plugins"] = list(base.get("plugins") or []) + list(plugins)
-    if task:
-        cli["task.name"] = task
-    layers.append(cli)
-    layers.append(parse_sets(sets))
-    layers.append({k: v for k, v in flags.items() if v is not None})
-    return layers
-
-
-def _finish(results: dict[str, Any], out: Path, quiet: bool) -> None:
-    from fedkit_core.cli.display import print_run
-
-    if quiet:
-        console.print(str(out))
-        return
-    print_run(console, results)
-    console.print(f"results in [bold]{out}[/]")
-
-
-def _progress(quiet: bool, title: str = ""):
-    from contextlib import nullcontext
-
-    from fedkit_core.cli.display import RichProgress
-
-    return nullcontext(None) if quiet else RichProgress(console, title)
+app.add_typer(flower_app, name="flower")
 
 
 @app.command()
@@ -87,8 +52,10 @@ def run(
 ) -> None:
     """Run one federation. With no arguments: FedAvg on the built-in synthetic task."""
     from fedkit_core import api
+    from fedkit_core.resolve import resolve_config
+    from fedkit_core.results.store import default_out
 
-    layers = _layers(
+    layers = layers_of(
         config,
         plugin,
         task,
@@ -99,11 +66,11 @@ def run(
         engine=engine,
         device=device,
     )
-    cfg, _ = api.resolve_config(layers)
-    out = out or api.default_out(cfg)
-    with _progress(quiet, "rounds") as progress:
-        results = api.run(layers, out=out, observer=progress)
-    _finish(results, out, quiet)
+    cfg, plugin_set = resolve_config(layers)
+    out = out or default_out(cfg)
+    with progress(quiet, "rounds") as observer:
+        results = api.run_resolved(cfg, plugin_set, out=out, observer=observer)
+    finish(results, out, quiet)
 
 
 @app.command()
@@ -114,9 +81,9 @@ def resume(
     """Continue an interrupted run from its last completed round."""
     from fedkit_core import api
 
-    with _progress(quiet, "rounds") as progress:
-        results = api.resume(run_dir, observer=progress)
-    _finish(results, run_dir, quiet)
+    with progress(quiet, "rounds") as observer:
+        results = api.resume(run_dir, observer=observer)
+    finish(results, run_dir, quiet)
 
 
 @app.command()
@@ -139,6 +106,7 @@ def compare(
     from fedkit_core import api
     from fedkit_core.cli.display import rows_table
     from fedkit_core.errors import FedkitError
+    from fedkit_core.resolve import resolve_config
     from fedkit_core.results import compare as cmp
     from fedkit_core.results.store import RunDir
 
@@ -148,21 +116,21 @@ def compare(
         raise FedkitError(f"--seeds expects comma-separated integers, got {seeds!r}") from None
     if not seed_list:
         raise FedkitError("--seeds is empty; give at least one seed, e.g. --seeds 0,1,2")
-    base = _layers(
+    base = layers_of(
         config, [], task, [], rounds=rounds, clients=clients, engine=engine, device=device
     )
     sets = parse_sets(set_)
     for spec in runspecs:  # fail fast on a bad runspec or key, before hours of training
-        api.resolve_config(cmp.runspec_layers(spec, base, sets))
+        resolve_config(cmp.runspec_layers(spec, base, sets))
     total = len(runspecs) * len(seed_list)
     counter = iter(range(1, total + 1))
 
     def run_one(layers, path, spec, seed):
         title = f"[{next(counter)}/{total}] {spec} seed {seed}"
-        with _progress(quiet, title) as progress:
+        with progress(quiet, title) as observer:
             if RunDir(path).is_run():
-                return api.resume(path, observer=progress)
-            return api.run(layers, out=path, observer=progress)
+                return api.resume(path, observer=observer)
+            return api.run(layers, out=path, observer=observer)
 
     found = cmp.compare(runspecs, seeds=seed_list, out=out, base=base, sets=sets, run_one=run_one)
     if not quiet:
@@ -254,16 +222,14 @@ def data(
     out: Path = typer.Option(Path("partition.png"), "--out", "-o", help="heatmap PNG"),
 ) -> None:
     """Show how the task's data is split into clients (class counts) and save a heatmap."""
-    from fedkit_core import api
     from fedkit_core.cli.display import rows_table
+    from fedkit_core.federation import prepare
+    from fedkit_core.resolve import resolve_config
     from fedkit_core.results.plots import plot_partition
 
-    cfg, plugin_set = api.resolve_config(
-        _layers(config, [], task, set_, clients=clients, seed=seed)
-    )
-    fed = api.prepare(cfg, plugin_set)
+    cfg, plugin_set = resolve_config(layers_of(config, [], task, set_, clients=clients, seed=seed))
+    fed = prepare(cfg, plugin_set)
     names = fed.task.class_names
-    infos = {cid: data.info() for cid, data in fed.clients.items()}
     rows = [
         {
             "client": cid,
@@ -272,13 +238,8 @@ def data(
             "test": c.num_test,
             **dict(zip(names, c.class_counts)),
         }
-        for cid, c in infos.items()
+        for cid, c in fed.infos.items()
     ]
     unit = "pixels" if fed.task.kind == "segmentation" else "samples"
     console.print(rows_table(rows, f"{cfg['task.name']}: training {unit} per class and client"))
-    console.print(f"heatmap: {plot_partition(fed.task, infos, out)}")
-
-
-from fedkit_core.cli.flower import flower_app  # noqa: E402  (it imports the options above)
-
-app.add_typer(flower_app, name="flower")
+    console.print(f"heatmap: {plot_partition(fed.task, fed.infos, out)}")

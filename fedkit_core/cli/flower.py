@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from fedkit_core.cli.app import (
+from fedkit_core.cli.options import (
     ClientsOpt,
     ConfigOpt,
     PluginOpt,
@@ -20,9 +20,9 @@ from fedkit_core.cli.app import (
     SeedOpt,
     SetOpt,
     TaskOpt,
-    _finish,
-    _layers,
     console,
+    finish,
+    layers_of,
 )
 
 flower_app = typer.Typer(
@@ -122,18 +122,18 @@ def submit(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the run directory"),
 ) -> None:
     """Run a fedkit config on the SuperNodes of a SuperLink."""
-    from fedkit_core import api
     from fedkit_core.engines.flower.deploy import submit as submit_run
-    from fedkit_core.results.store import RunDir
+    from fedkit_core.resolve import resolve_config
+    from fedkit_core.results.store import RunDir, default_out
 
-    layers = _layers(config, plugin, task, set_, rounds=rounds, clients=clients, seed=seed)
+    layers = layers_of(config, plugin, task, set_, rounds=rounds, clients=clients, seed=seed)
     layers.append({"engine": "flower", "flower.nodes": nodes})
-    cfg, _ = api.resolve_config(layers)
-    out = (out or api.default_out(cfg)).resolve()
+    cfg, _ = resolve_config(layers)
+    out = (out or default_out(cfg)).resolve()
     echo = (lambda _: None) if quiet else console.print
     submit_run(cfg, out, superlink, _tls(insecure, ca_cert), wait=wait, echo=echo)
     run_dir = RunDir(out)
     if wait and run_dir.results.is_file():
-        _finish(run_dir.load_results(), out, quiet)
+        finish(run_dir.load_results(), out, quiet)
     elif not quiet:
         console.print(f"results will be written on the SuperLink's machine in {out}")

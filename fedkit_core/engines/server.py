@@ -35,7 +35,6 @@ from fedkit_core.metrics.fairness import fairness
 from fedkit_core.metrics.statistics import add_stats
 from fedkit_core.plugins import PluginSet
 from fedkit_core.tasks.base import CLASSIFICATION, TaskInfo
-from fedkit_core.tasks.registry import get_task
 
 
 class Transport(Protocol):
@@ -76,20 +75,6 @@ def sample_clients(ids: Sequence[str], fraction: float, seed: int, round: int) -
 
 def round_half_up(x: float) -> int:
     return int(math.floor(x + 0.5))
-
-
-def check_plugins(config: Config, plugins: PluginSet) -> None:
-    """Run every plugin's ``fedkit_check`` before any data is loaded (the task is known by
-    name and kind only); all problems are reported together."""
-    spec = get_task(config["task.name"])
-    preview = TaskInfo(config["task.name"], spec.kind, [], 0, ())
-    ctx = ServerContext(preview, config, torch.device("cpu"))
-    problems: list[str] = []
-    for result in plugins.hook.fedkit_check(server=ctx):
-        if result:
-            problems += [result] if isinstance(result, str) else list(result)
-    if problems:
-        raise FedkitError("\n".join(problems))
 
 
 def shot_groups(counts: np.ndarray, thresholds: Sequence[int]) -> dict[str, list[int]]:
@@ -155,7 +140,7 @@ class Server:
 
     def setup(self, priors: Arrays | None = None) -> None:
         """Build server priors and the initial global state (plugins were checked when the
-        run was resolved, see :func:`check_plugins`)."""
+        run was resolved, see :func:`fedkit_core.resolve.check_plugins`)."""
         if priors is None:
             priors = {}
             for part in self.hook.fedkit_server_priors(server=self.ctx):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -110,3 +111,14 @@ class RunDir:
             return _mapping(json.loads(self.results.read_text()), self.results)
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise FedkitError(f"{self.results} is corrupt: {err}") from None
+
+
+def default_out(config: Mapping[str, Any]) -> Path:
+    """A new run directory for ``config``: ``runs/<name or plugins-task>-<time>``."""
+    label = config["name"] or "+".join(config["plugins"] or ["fedavg"]) + "-" + config["task.name"]
+    base = Path("runs") / f"{label}-{datetime.now():%Y%m%d-%H%M%S}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from fedkit_core.api import prepare, resolve_config
+from fedkit_core.federation import prepare
+from fedkit_core.resolve import resolve_config
 from fedkit_core.tasks import classfolders, hyperkvasir, kvasir_v2, oct_c8, pneumonia
 from fedkit_core.tasks.files import DataWarning
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from fedkit_core import resolve_config, run
-from fedkit_core.api import prepare
+from fedkit_core.federation import prepare
 from fedkit_core.tasks.fundus import DOMAINS, mask_labels, write_fake
 from fedkit_core.testing import shared_data
 

@@ -1,6 +1,7 @@
 """lung-cxr: image and mask folders, Montgomery and Shenzhen naming, FedHelp's clients."""
 
-from fedkit_core.api import prepare, resolve_config
+from fedkit_core.federation import prepare
+from fedkit_core.resolve import resolve_config
 from fedkit_core.tasks.lung import write_fake
 
 

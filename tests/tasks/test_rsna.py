@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from fedkit_core.api import prepare, resolve_config
 from fedkit_core.errors import FedkitError
+from fedkit_core.federation import prepare
+from fedkit_core.resolve import resolve_config
 from fedkit_core.tasks.rsna import SUBTYPES, dicom_hounsfield, write_fake, write_fake_dicom
 
 pytest.importorskip("pydicom", reason="pydicom (fedkit[dicom]) reads the RSNA DICOM files")

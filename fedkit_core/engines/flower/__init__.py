@@ -4,8 +4,9 @@ The same :class:`~fedkit_core.engines.server.Server` and
 :class:`~fedkit_core.engines.client.ClientRuntime` as the in-process engine run on both
 ends; only the transport differs: fedkit messages become Flower messages (named arrays in
 an ``ArrayRecord``, scalars in a ``MetricRecord`` / ``ConfigRecord``). ``fedkit run --engine
-flower`` runs in Flower's simulation runtime; ``fedkit flower submit`` sends the same run to
-a SuperLink with one SuperNode per site (see ``docs/engines.md``).
+flower`` runs in Flower's simulation runtime (and ``fedkit resume`` continues it);
+``fedkit flower submit`` sends the same run to a SuperLink with one SuperNode per site (see
+``docs/engines.md``).
 
 This module imports nothing from ``flwr``, so the options below are known (and ``fedkit
 --help`` works) without the optional dependency: ``pip install fedkit[flower]``.
@@ -75,11 +76,23 @@ def require_flwr() -> None:
         )
 
 
-def execute(
-    cfg: Config, plugin_set: PluginSet, run_dir: RunDir | None, observer: Observer | None
-) -> Results:
-    """Run ``cfg`` in Flower's simulation runtime (the engine entry of the registry)."""
-    require_flwr()
-    from fedkit_core.engines.flower.simulation import simulate
+class FlowerEngine:
+    """``engine=flower``: the run in Flower's simulation runtime (see :mod:`.simulation`)."""
 
-    return simulate(cfg, plugin_set, run_dir, observer)
+    options = OPTIONS
+
+    def execute(
+        self,
+        cfg: Config,
+        plugins: PluginSet,
+        run_dir: RunDir | None,
+        observer: Observer,
+        resume: bool,
+    ) -> Results:
+        require_flwr()
+        from fedkit_core.engines.flower.simulation import simulate  # needs flwr
+
+        return simulate(cfg, plugins, run_dir, observer, resume=resume)
+
+
+ENGINE = FlowerEngine()

@@ -6,10 +6,13 @@ client must keep between messages is saved in the node's Flower ``Context.state`
 
 * ``fedkit.setup`` / ``fedkit.priors``: the task description and server priors of the setup
   message, to rebuild the client (model, client priors) in a fresh process;
-* ``fedkit.state``: the client's persistent state (private model entries, optimiser state,
-  plugin state: :meth:`ClientRuntime.state_dict`) plus what must survive from a ``fit`` to
-  the ``query`` messages of the same round (the locally trained shared weights, the round and
-  the client's random stream), with a version number.
+* ``fedkit.state``: the client's snapshot (:mod:`fedkit_core.engines.snapshot`: its
+  persistent state plus what must survive from a ``fit`` to the ``query`` messages of the
+  same round), with a version number.
+
+With checkpoints on, the node also writes each snapshot to its client's own checkpoint
+folder (:mod:`fedkit_core.engines.checkpoint`) and restores it from there when the server's
+setup message resumes a run.
 
 A process keeps the clients it built in memory and reloads a client's state only when the
 context holds a newer version, so a worker that serves a node repeatedly pays nothing.
@@ -23,18 +26,17 @@ own data, ``data-path=...``) serves that client.
 from __future__ import annotations
 
 import copy
-import io
 import json
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import torch
 from flwr.app import ConfigRecord, Context
 from flwr.app import Message as FlowerMessage
 from flwr.clientapp import ClientApp
 
-from fedkit_core.api import Federation, prepare, resolve_config
+from fedkit_core.engines.checkpoint import ClientCheckpoints, checkpoint_client
 from fedkit_core.engines.client import ClientRuntime
 from fedkit_core.engines.flower.records import (
     from_array_record,
@@ -43,8 +45,11 @@ from fedkit_core.engines.flower.records import (
     to_array_record,
     to_records,
 )
+from fedkit_core.engines.snapshot import from_bytes, restore_client, to_bytes
 from fedkit_core.errors import FedkitError
+from fedkit_core.federation import Federation, prepare
 from fedkit_core.messages import Arrays, Message
+from fedkit_core.resolve import resolve_config
 from fedkit_core.tasks.base import TaskInfo
 
 #: run config keys of a deployed run (see deploy.py)
@@ -63,12 +68,14 @@ class Source:
     ``config`` (a nested fedkit config) and ``plugins`` (plugin objects registered at run
     time) are given in a simulation; a deployed ClientApp reads the config from the run
     config (``fedkit-config``, JSON) and uses installed plugins only. ``federation`` lets an
-    in-process simulation share the data the driver already loaded.
+    in-process simulation share the data the driver already loaded. ``checkpoints``: the
+    folder holding each client's checkpoint folder (None: no client checkpoints).
     """
 
     config: dict[str, Any] | None = None
     plugins: dict[str, Any] | None = None
     federation: Federation | None = None
+    checkpoints: str | None = None
 
     def config_for(self, context: Context) -> dict[str, Any]:
         config = self.config
@@ -94,7 +101,7 @@ def to_json(value: Any) -> str:
 class NodeClient:
     """One node's fedkit client as held by this process."""
 
-    def __init__(self, federation: Federation, index: int):
+    def __init__(self, federation: Federation, index: int, checkpoints: str | None = None):
         ids = list(federation.clients)
         if len(ids) > 1 and not 0 <= index < len(ids):
             raise FedkitError(
@@ -106,24 +113,21 @@ class NodeClient:
         self.id = ids[0] if len(ids) == 1 else ids[index]
         self.runtime: ClientRuntime | None = None
         self.version = -1
+        self.store = ClientCheckpoints.of(Path(checkpoints), self.id) if checkpoints else None
 
     def describe(self) -> Message:
-        """Who this client is and what its data looks like (the server builds its TaskInfo)."""
+        """Who this client is and what task its data holds (classes, channels, image shape),
+        so the server can build the task description; none of the client's statistics."""
         task = self.federation.task.to_dict()
-        task.pop("clients")
-        info = asdict(self.federation.task.clients[self.id])
+        task.pop("client_ids")
         return Message(
             "describe",
-            scalars={
-                "client_id": self.id,
-                "index": self.index,
-                "info": to_json(info),
-                "task": to_json(task),
-            },
+            scalars={"client_id": self.id, "index": self.index, "task": to_json(task)},
         )
 
     def setup(self, message: Message, context: Context) -> Message:
-        """Build the client for the server's task description and priors; keep both."""
+        """Build the client for the server's task description and priors; keep both. A
+        resuming setup restores the client from its checkpoint."""
         task = str(message.scalars.get(TASK_KEY, ""))
         if not task:
             raise FedkitError("the setup message lacks the server's task description")
@@ -132,6 +136,9 @@ class NodeClient:
         context.state[STATE] = ConfigRecord({"version": 0})
         self.runtime = self._build(task, message.arrays)
         self.version = 0
+        restored = checkpoint_client(self.runtime, message, self.store)
+        if restored is not None:
+            self.save(context, restored)
         return Message("setup")
 
     def _build(self, task: str, priors: Arrays) -> ClientRuntime:
@@ -157,36 +164,14 @@ class NodeClient:
             self.version = 0
         stored = context.state.config_records[STATE]
         if int(stored["version"]) != self.version:
-            restore(self.runtime, bytes(stored["blob"]))
+            restore_client(self.runtime, from_bytes(bytes(stored["blob"]), "the node's state"))
             self.version = int(stored["version"])
         return self.runtime
 
-    def save(self, context: Context) -> None:
-        assert self.runtime is not None
+    def save(self, context: Context, snapshot: dict[str, Any]) -> None:
+        """Keep ``snapshot`` in the node's context, for the next message's process."""
         self.version += 1
-        context.state[STATE] = ConfigRecord(
-            {"version": self.version, "blob": snapshot(self.runtime)}
-        )
-
-
-def snapshot(runtime: ClientRuntime) -> bytes:
-    """The client's persistent state plus what a query after ``fit`` needs, serialised."""
-    state = runtime.state_dict()
-    state["shared"] = runtime.ctx.model.shared_state()
-    state["round"] = runtime.ctx.round
-    state["rng"] = runtime.ctx.rng.get_state()
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return buffer.getvalue()
-
-
-def restore(runtime: ClientRuntime, blob: bytes) -> None:
-    state = torch.load(io.BytesIO(blob), weights_only=False)  # this node's own state
-    runtime.optimizer = None
-    runtime.load_state_dict(state)
-    runtime.ctx.model.load_shared(state["shared"])
-    runtime.ctx.round = state["round"]
-    runtime.ctx.rng.set_state(state["rng"])
+        context.state[STATE] = ConfigRecord({"version": self.version, "blob": to_bytes(snapshot)})
 
 
 class ClientSide:
@@ -225,8 +210,9 @@ class ClientSide:
             return client.setup(message, context)
         runtime = client.current(context)
         reply = runtime.handle(message)
-        if runtime.dirty:
-            client.save(context)
+        snapshot = checkpoint_client(runtime, message, client.store)
+        if snapshot is not None:
+            client.save(context, snapshot)
         return reply
 
     def client(self, context: Context) -> NodeClient:
@@ -243,7 +229,7 @@ class ClientSide:
         node = (context.run_id, context.node_id)
         if node not in self.clients:
             index = int(context.node_config.get(PARTITION_KEY, 0))
-            self.clients[node] = NodeClient(self.federation, index)
+            self.clients[node] = NodeClient(self.federation, index, self.source.checkpoints)
         return self.clients[node]
 
 

@@ -66,7 +66,11 @@ def from_records(content: RecordDict, kind: str) -> Message:
     error = scalars.pop(ERROR, None)
     error_type = scalars.pop(ERROR_TYPE, "")
     if error is not None:
-        exception = FedkitError(error) if error_type == "FedkitError" else None
+        exception: Exception | None = None
+        if error_type == "FedkitError":
+            exception = FedkitError(error)
+        elif error_type not in ("", "NoneType"):  # the client raised: a bug, not user input
+            exception = RuntimeError(str(error))
         return Message(kind, error=str(error), exception=exception)
     return Message(kind, arrays, scalars)
 

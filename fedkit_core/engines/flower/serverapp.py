@@ -17,17 +17,19 @@ from flwr.app import Context
 from flwr.app import Message as FlowerMessage
 from flwr.serverapp import Grid
 
-from fedkit_core.api import finish_run, pick_device, resolve_config, shot_groups_of, write_results
 from fedkit_core.config import Config
+from fedkit_core.engines.driver import drive
 from fedkit_core.engines.flower.node import CONFIG_KEY, OUT_KEY, TASK_KEY
 from fedkit_core.engines.flower.records import MESSAGE_TYPES, from_records, to_records
 from fedkit_core.engines.server import Observer, Server
 from fedkit_core.errors import FedkitError
+from fedkit_core.federation import pick_device
 from fedkit_core.messages import Message
 from fedkit_core.plugins import PluginSet
+from fedkit_core.resolve import resolve_config
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir
-from fedkit_core.tasks.base import ClientInfo, TaskInfo
+from fedkit_core.tasks.base import TaskInfo
 
 
 class FlowerTransport:
@@ -115,7 +117,7 @@ def wait_for_nodes(grid: Grid, wanted: int, patience: float) -> list[int]:
         time.sleep(0.2)
 
 
-def describe(transport: FlowerTransport, nodes: list[int], config: Config) -> TaskInfo:
+def describe(transport: FlowerTransport, nodes: list[int]) -> TaskInfo:
     """Ask every node which client it serves; the task description from their answers.
 
     Also sets ``transport.nodes`` (client id -> node id). Clients are ordered by their
@@ -134,7 +136,7 @@ def describe(transport: FlowerTransport, nodes: list[int], config: Config) -> Ta
             "the SuperNodes describe different tasks (classes, channels or image shape "
             "differ); every site must hold data of the same task"
         )
-    clients: dict[str, ClientInfo] = {}
+    clients: list[str] = []
     for node, reply in answers:
         cid = str(reply.scalars["client_id"])
         if cid in clients:
@@ -142,12 +144,12 @@ def describe(transport: FlowerTransport, nodes: list[int], config: Config) -> Ta
                 f"two SuperNodes serve client {cid!r} (nodes {transport.nodes[cid]} and "
                 f"{node}); give each SuperNode its own partition-id"
             )
-        clients[cid] = ClientInfo(**json.loads(str(reply.scalars["info"])))
+        clients.append(cid)
         transport.nodes[cid] = node
-    task = TaskInfo.from_dict({**described[0], "clients": {}})
-    task.clients = clients
-    task.shot_groups = shot_groups_of(config, task.kind, list(clients.values()), site_groups[0])
-    return task
+    # the task's own groups; with task.shot_thresholds the server derives them at setup
+    return TaskInfo.from_dict(
+        {**described[0], "client_ids": clients, "shot_groups": site_groups[0]}
+    )
 
 
 def serve(
@@ -157,19 +159,22 @@ def serve(
     run_dir: RunDir | None,
     observer: Observer,
     nodes: int,
+    *,
+    resume: bool = False,
+    deployed: bool = False,
 ) -> Results:
-    """Run the federation of ``cfg`` on the SuperNodes of ``grid``; write and return results."""
+    """Run the federation of ``cfg`` on the SuperNodes of ``grid``; write and return results.
+    With ``resume``, continue from the checkpoint in ``run_dir`` (the nodes restore their
+    clients from their own checkpoints)."""
     started = time.perf_counter()
     opts = cfg.section("flower")
     transport = FlowerTransport(grid, observer, opts["timeout"])
-    task = describe(transport, wait_for_nodes(grid, nodes, opts["wait"]), cfg)
-    server = Server(cfg, plugin_set, task, pick_device(cfg["device"]), observer)
-    server.setup()
+    task = describe(transport, wait_for_nodes(grid, nodes, opts["wait"]))
+    server = Server(cfg, plugin_set, task, pick_device(cfg["device"]), observer, deployed)
     transport.setup_scalars = {TASK_KEY: json.dumps(task.to_dict())}
-    server.setup_clients(transport, task.clients)
-    server.seconds += time.perf_counter() - started
-    server.run(transport, on_round=lambda srv: write_results("running", srv, plugin_set, run_dir))
-    return finish_run(server, plugin_set, run_dir)
+    return drive(
+        server, transport, task.client_ids, plugin_set, run_dir, resume=resume, started=started
+    )
 
 
 class LogObserver(Observer):
@@ -203,4 +208,4 @@ def serve_deployed(grid: Grid, context: Context) -> None:
     if run_dir is not None:
         run_dir.create()
         run_dir.save_config(cfg.nested())
-    serve(grid, cfg, plugin_set, run_dir, LogObserver(), cfg["flower.nodes"])
+    serve(grid, cfg, plugin_set, run_dir, LogObserver(), cfg["flower.nodes"], deployed=True)

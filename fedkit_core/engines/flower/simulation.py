@@ -30,12 +30,12 @@ from flwr.server.superlink.fleet.vce.backend import Backend
 from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
 
-from fedkit_core.api import prepare
 from fedkit_core.config import Config
 from fedkit_core.engines.flower.node import Source, make_client_app
 from fedkit_core.engines.flower.serverapp import serve
 from fedkit_core.engines.server import Observer
 from fedkit_core.errors import FedkitError
+from fedkit_core.federation import prepare
 from fedkit_core.plugins import PluginSet
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir
@@ -44,9 +44,16 @@ RAY_BACKEND_MODULE = "flwr.server.superlink.fleet.vce.backend.raybackend"
 
 
 def simulate(
-    cfg: Config, plugin_set: PluginSet, run_dir: RunDir | None, observer: Observer | None
+    cfg: Config,
+    plugin_set: PluginSet,
+    run_dir: RunDir | None,
+    observer: Observer,
+    *,
+    resume: bool = False,
 ) -> Results:
-    """Run ``cfg`` in Flower's simulation runtime and return its results."""
+    """Run ``cfg`` in Flower's simulation runtime and return its results; with ``resume``,
+    continue the run in ``run_dir`` from its checkpoint. Each virtual SuperNode keeps its
+    client's checkpoints under the run's ``checkpoint`` folder."""
     opts = cfg.section("flower")
     federation = prepare(cfg, plugin_set)  # the number of clients = virtual SuperNodes
     nodes = len(federation.clients)
@@ -55,15 +62,17 @@ def simulate(
             f"flower.nodes={opts['nodes']} but the task has {nodes} clients; a simulation "
             "starts one SuperNode per client (drop flower.nodes)"
         )
-    extra = {name: plugin_set.pm.get_plugin(name) for name in plugin_set.active}
+    extra = {name: plugin_set.objects[name] for name in plugin_set.active}
     in_process = opts["backend"] == "thread"
-    source = Source(cfg.nested(), extra or None, federation if in_process else None)
+    checkpoints = str(run_dir.checkpoint) if run_dir is not None and cfg["checkpoint"] else None
+    shared = federation if in_process else None
+    source = Source(cfg.nested(), extra or None, shared, checkpoints)
     outcome: dict[str, Any] = {}
     server_app = ServerApp()
 
     @server_app.main()
     def _main(grid: Grid, context: Context) -> None:
-        outcome["results"] = serve(grid, cfg, plugin_set, run_dir, observer or Observer(), nodes)
+        outcome["results"] = serve(grid, cfg, plugin_set, run_dir, observer, nodes, resume=resume)
 
     backend_config = {
         "client_resources": {"num_cpus": opts["client_cpus"], "num_gpus": opts["client_gpus"]}

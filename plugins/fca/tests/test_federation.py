@@ -15,10 +15,11 @@ import torch
 from sklearn.metrics import balanced_accuracy_score, roc_auc_score
 
 from fedkit_core import hookimpl, resume, run
-from fedkit_core.api import prepare, resolve_config
 from fedkit_core.engines.client import build_model
 from fedkit_core.errors import ClientFailure
+from fedkit_core.federation import prepare
 from fedkit_core.plugin import ClientContext
+from fedkit_core.resolve import resolve_config
 from fedkit_core.testing import tiny
 
 PREFIX = f"extras.{fca.PERSONAL}."

@@ -1,0 +1,69 @@
+"""What the ``fedkit`` commands share: their options, consoles, config layers and output.
+
+A module of its own so that every command module (``app``, ``flower``) imports it, and
+none imports another.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from fedkit_core.config import load_yaml, parse_sets
+
+console = Console()
+err_console = Console(stderr=True)
+
+PluginOpt = typer.Option(
+    [], "--plugin", "-p", help="method plugin to activate (repeatable; fedavg = none)"
+)
+TaskOpt = typer.Option(None, "--task", "-t", help="task name (see `fedkit tasks`)")
+ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config file")
+SetOpt = typer.Option([], "--set", "-s", help="override a config key: key=value (repeatable)")
+RoundsOpt = typer.Option(None, "--rounds", help="communication rounds")
+ClientsOpt = typer.Option(None, "--clients", help="number of clients")
+SeedOpt = typer.Option(None, "--seed", help="random seed")
+EngineOpt = typer.Option(None, "--engine", help="local, flower or an installed engine")
+DeviceOpt = typer.Option(None, "--device", help="auto, cpu, cuda, ...")
+QuietOpt = typer.Option(False, "--quiet", "-q", help="no progress display")
+
+
+def layers_of(
+    config: Path | None, plugins: list[str], task: str | None, sets: list[str], **flags: Any
+) -> list[dict[str, Any]]:
+    """Config layers, lowest priority first: YAML file, --plugin/--task, --set, flags."""
+    layers: list[dict[str, Any]] = []
+    base = load_yaml(config) if config else {}
+    layers.append(base)
+    cli: dict[str, Any] = {}
+    if plugins:
+        cli["plugins"] = list(base.get("plugins") or []) + list(plugins)
+    if task:
+        cli["task.name"] = task
+    layers.append(cli)
+    layers.append(parse_sets(sets))
+    layers.append({k: v for k, v in flags.items() if v is not None})
+    return layers
+
+
+def finish(results: dict[str, Any], out: Path, quiet: bool) -> None:
+    """Show a finished run (only its directory with ``quiet``)."""
+    from fedkit_core.cli.display import print_run
+
+    if quiet:
+        console.print(str(out))
+        return
+    print_run(console, results)
+    console.print(f"results in [bold]{out}[/]")
+
+
+def progress(quiet: bool, title: str = ""):
+    """A progress display for a run (also its observer), or nothing with ``quiet``."""
+    from contextlib import nullcontext
+
+    from fedkit_core.cli.display import RichProgress
+
+    return nullcontext(None) if quiet else RichProgress(console, title)

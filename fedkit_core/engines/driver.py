@@ -1,0 +1,99 @@
+"""What every engine does around the server's rounds, whatever its transport: set up (or
+resume from the checkpoint), checkpoint the server and write the running results after each
+round, write the final results and plots."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from fedkit_core.engines.checkpoint import RESUME_KEY, ServerCheckpoints
+from fedkit_core.engines.server import Server, Transport
+from fedkit_core.messages import Message
+from fedkit_core.plugins import PluginSet
+from fedkit_core.results.plots import plot_run
+from fedkit_core.results.schema import Results, build_results, metrics_csv
+from fedkit_core.results.store import RunDir, write_json, write_text
+
+log = logging.getLogger("fedkit")
+
+
+def drive(
+    server: Server,
+    transport: Transport,
+    clients: Iterable[str],
+    plugin_set: PluginSet,
+    run_dir: RunDir | None,
+    *,
+    resume: bool,
+    started: float,
+) -> Results:
+    """Set up ``server`` and its ``clients`` (from the last checkpoint with ``resume``), run
+    the remaining rounds and return the results. ``started``: when the engine began
+    (``time.perf_counter()``), so that setting up counts in the run's wall time."""
+    store = (
+        ServerCheckpoints(run_dir.checkpoint) if run_dir and server.config["checkpoint"] else None
+    )
+    saved = store.load() if store is not None and resume else None
+    if resume and saved is None and run_dir.results.is_file() and run_dir.load_results()["rounds"]:
+        log.warning("no checkpoint in %s: the run starts again from round 1", run_dir.checkpoint)
+    server.setup(priors=saved["priors"] if saved else None)
+    done = saved["next_round"] - 1 if saved else None
+    server.setup_clients(_Resuming(transport, done), clients)
+    if saved:
+        server.restore(saved)
+    server.seconds += time.perf_counter() - started
+
+    def after_round(srv: Server) -> None:
+        if store is not None:
+            store.save(srv)
+        write_results("running", srv, plugin_set, run_dir)
+
+    server.run(transport, on_round=after_round)
+    return finish_run(server, plugin_set, run_dir)
+
+
+class _Resuming:
+    """``transport`` whose setup messages tell clients the round the run continues after."""
+
+    def __init__(self, transport: Transport, done: int | None):
+        self.transport = transport
+        self.done = done
+
+    def send(self, messages: dict[str, Message]) -> dict[str, Message]:
+        if self.done is not None:
+            messages = {
+                cid: Message(m.kind, m.arrays, {**m.scalars, RESUME_KEY: self.done})
+                for cid, m in messages.items()
+            }
+        return self.transport.send(messages)
+
+
+def write_results(
+    status: str, server: Server, plugin_set: PluginSet, run_dir: RunDir | None
+) -> Results:
+    """The results of ``server``'s rounds so far, written to ``run_dir`` (if any)."""
+    results = build_results(
+        status=status,
+        config=server.config.nested(),
+        plugins=plugin_set.run_versions(),
+        task=server.task.to_dict(),
+        device=str(server.ctx.device),
+        records=server.records,
+        events=server.events,
+        wall_seconds=server.seconds,
+        setup_bytes=server.setup_traffic,
+    )
+    if run_dir is not None:
+        write_json(run_dir.results, results)
+        write_text(run_dir.metrics_csv, metrics_csv(server.records))
+    return results
+
+
+def finish_run(server: Server, plugin_set: PluginSet, run_dir: RunDir | None) -> Results:
+    """Write the complete results and their plots."""
+    results = write_results("complete", server, plugin_set, run_dir)
+    if run_dir is not None:
+        plot_run(results, run_dir.path)
+    return results
