@@ -55,7 +55,7 @@ def close(a, b, tol: float) -> bool:
 
 def assert_same_results(local, other, tol: float = 1e-6) -> None:
     """Same final metrics in every scope and same per-round training records."""
-    for scope in ("global", "clients", "clients_mean", "fairness", "summary"):
+    for scope in ("global", "clients", "clients_mean", "fairness", "summary", "views", "bytes"):
         assert close(local.final[scope], other.final[scope], tol), (
             scope,
             local.final[scope],
@@ -81,7 +81,7 @@ class Personal:
 
     @hookimpl
     def fedkit_round_start(self, client):
-        state = client.plugin_state("personal")
+        state = client.state
         state["fits"] = state.get("fits", 0) + 1
         state["trace"] = (
             state.get("trace", torch.zeros(())) + client.model.head.weight.detach().sum()
@@ -93,11 +93,15 @@ class Personal:
 
     @hookimpl
     def fedkit_client_report(self, client):
-        state = client.plugin_state("personal")
+        state = client.state
         return {"personal.fits": state["fits"], "personal.trace": float(state["trace"])}
 
     @hookimpl
-    def fedkit_personal_output(self, client):
+    def fedkit_eval_views(self, client):
+        return {"personal": "personal"}
+
+    @hookimpl
+    def fedkit_client_view(self, client):
         return "personal"
 
 
@@ -379,6 +383,43 @@ def test_loopback_deployment_gives_the_local_results_and_leaves_no_process(tmp_p
     import yaml
 
     config = yaml.safe_load((script.parent / "deploy_local.yaml").read_text())
-    local = run(config)
+    # a deployment evaluates federated by default (evaluation=auto): only statistics go up
+    assert deployed["config"]["evaluation"] == "auto"
+    local = run({**config, "evaluation": "federated"})
     for scope in ("global", "clients", "clients_mean"):
         assert close(local.final[scope], deployed["final"][scope], 1e-5), scope
+
+
+def test_supernodes_receive_no_statistics_of_other_clients(monkeypatch):
+    """Every message a SuperNode receives is inspected: the task description names the
+    clients but carries no sizes or class counts; the class counts clients send up for the
+    shot groups never go down; the server sees them only as the opted-in setup reply."""
+    from fedkit_core.engines.flower import serverapp
+
+    down, up = [], []
+    original_to, original_from = serverapp.to_records, serverapp.from_records
+
+    def sending(message):
+        down.append(message)
+        return original_to(message)
+
+    def receiving(content, kind):
+        message = original_from(content, kind)
+        up.append(message)
+        return message
+
+    monkeypatch.setattr(serverapp, "to_records", sending)
+    monkeypatch.setattr(serverapp, "from_records", receiving)
+    run(flower(tiny(rounds=1, task={"shot_thresholds": [20, 8]})))
+    assert {m.kind for m in down} >= {"describe", "setup", "fit", "evaluate"}
+    for message in down:
+        text = json.dumps(message.scalars, default=str)
+        assert "class_counts" not in text and "num_train" not in text, message.kind
+        assert not any("class_counts" in name for name in message.arrays), message.kind
+    setup = [m for m in down if m.kind == "setup"]
+    task = json.loads(setup[0].scalars["fedkit.task"])
+    assert set(task["client_ids"]) == {"site0", "site1", "site2"}
+    described = [m for m in up if m.kind == "describe"]
+    assert all(set(m.scalars) == {"client_id", "index", "task"} for m in described)
+    counts = [m.arrays["class_counts"] for m in up if m.kind == "setup"]
+    assert len(counts) == 3  # only because task.shot_thresholds asked for them

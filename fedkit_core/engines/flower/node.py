@@ -134,14 +134,15 @@ class NodeClient:
         context.state[SETUP] = ConfigRecord({"task": task})
         context.state[PRIORS] = to_array_record(message.arrays)
         context.state[STATE] = ConfigRecord({"version": 0})
-        self.runtime = self._build(task, message.arrays)
+        self.runtime, reply = self._build(task, message.arrays)
         self.version = 0
         restored = checkpoint_client(self.runtime, message, self.store)
         if restored is not None:
             self.save(context, restored)
-        return Message("setup")
+        return reply
 
-    def _build(self, task: str, priors: Arrays) -> ClientRuntime:
+    def _build(self, task: str, priors: Arrays) -> tuple[ClientRuntime, Message]:
+        """The client and its setup reply."""
         fed = self.federation
         runtime = ClientRuntime(
             self.id,
@@ -151,8 +152,7 @@ class NodeClient:
             fed.plugins,
             fed.device,
         )
-        runtime.setup(Message("setup", priors))
-        return runtime
+        return runtime, runtime.setup(Message("setup", priors))
 
     def current(self, context: Context) -> ClientRuntime:
         """The client, rebuilt and brought to the context's latest state if needed."""
@@ -160,7 +160,8 @@ class NodeClient:
             raise FedkitError("this SuperNode received a message before fedkit's setup message")
         if self.runtime is None:
             priors = from_array_record(context.state.array_records[PRIORS])
-            self.runtime = self._build(str(context.state.config_records[SETUP]["task"]), priors)
+            task = str(context.state.config_records[SETUP]["task"])
+            self.runtime, _ = self._build(task, priors)
             self.version = 0
         stored = context.state.config_records[STATE]
         if int(stored["version"]) != self.version:
