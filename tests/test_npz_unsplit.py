@@ -18,8 +18,7 @@ def test_unsplit_site_gets_carved_splits(tmp_path):
     )
     cfg, plugins = resolve_config({"task": {"name": "npz-seg", "path": str(path)}})
     sizes = {
-        cid: (c.num_train, c.num_val, c.num_test)
-        for cid, c in prepare(cfg, plugins).task.clients.items()
+        cid: (c.num_train, c.num_val, c.num_test) for cid, c in prepare(cfg, plugins).infos.items()
     }
     assert sizes["a"][2] == 4
     assert sum(sizes["b"]) == 20 and sizes["b"][1] > 0 and sizes["b"][2] > 0

@@ -5,7 +5,6 @@ kept across rounds and across an interrupted-and-resumed run; the shared rest is
 training size; evaluation is the paper's generalisation / specialisation, recomputed here
 independently from the checkpointed models."""
 
-import json
 from types import SimpleNamespace
 
 import fedkit_fca.plugin as fca
@@ -15,6 +14,7 @@ import torch
 from sklearn.metrics import balanced_accuracy_score, roc_auc_score
 
 from fedkit_core import hookimpl, resume, run
+from fedkit_core.engines.checkpoint import ClientCheckpoints, ServerCheckpoints
 from fedkit_core.engines.client import build_model
 from fedkit_core.errors import ClientFailure
 from fedkit_core.federation import prepare
@@ -61,13 +61,13 @@ def config(**overrides):
 
 
 def checkpoint(out):
-    """(server snapshot, {client id: client state}) of the last round."""
+    """(server snapshot, {client id: client state}) of the last committed round."""
     directory = out / "checkpoint"
-    manifest = json.loads((directory / "latest.json").read_text())
-    server = torch.load(directory / manifest["server"], weights_only=False)
+    server = ServerCheckpoints(directory).load()
+    done = server["next_round"] - 1
     clients = {
-        cid: torch.load(directory / name, weights_only=False)
-        for cid, name in manifest["clients"].items()
+        cid: ClientCheckpoints.of(directory, cid).load(done)["client"]
+        for cid in ("site0", "site1", "site2")
     }
     return server, clients
 
