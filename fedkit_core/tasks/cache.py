@@ -5,9 +5,10 @@ sites, shot groups) and its normaliser's statistics (pooling a large training se
 compute them costs more than reading the cache). Its key covers the task, its loader
 version, the data folder, the preprocessing parameters and every source file's path,
 size and modification time: any change to the data or the options makes a new entry. Entries live in
-``<data folder>/.fedkit-cache/`` when that folder is writable (by its permission bits, so
-that a read-only data folder stays untouched even for root), else in the user cache
-(``$FEDKIT_CACHE``, by default ``$XDG_CACHE_HOME/fedkit`` or ``~/.cache/fedkit``).
+the user cache (``$FEDKIT_CACHE``, by default ``$XDG_CACHE_HOME/fedkit`` or
+``~/.cache/fedkit``), so that a data folder is never written to; ``task.cache=data`` puts
+them in ``<data folder>/.fedkit-cache/`` instead when that folder is writable (by its
+permission bits, so that a read-only data folder stays untouched even for root).
 Writes are atomic: a run killed while writing leaves no partial entry.
 """
 
@@ -33,8 +34,16 @@ CACHE_ENV = "FEDKIT_CACHE"
 DATA_CACHE_DIR = ".fedkit-cache"
 FORMAT = 3
 
+USER, DATA, OFF = "user", "data", "off"
 #: the ``task.cache`` option every file-based task declares
-CACHE_OPTION = Option("cache", bool, True, "cache the decoded, resized arrays for faster reruns")
+CACHE_OPTION = Option(
+    "cache",
+    str,
+    USER,
+    "cache the decoded, resized arrays for faster reruns: in the user cache folder, in "
+    ".fedkit-cache beside the data, or off",
+    choices=(USER, DATA, OFF),
+)
 
 
 def user_cache_dir() -> Path:
@@ -58,10 +67,11 @@ def cache_key(
     return digest.hexdigest()[:24]
 
 
-def cache_dirs(root: Path) -> list[Path]:
-    """Where entries for data under ``root`` may live, in order of preference."""
+def cache_dirs(root: Path, where: str = USER) -> list[Path]:
+    """Where entries for data under ``root`` may live, in order of preference: beside the
+    data only when ``where`` is ``data`` (and the folder is writable), then the user cache."""
     folder = root if root.is_dir() else root.parent
-    local = [folder / DATA_CACHE_DIR] if _writable(folder) else []
+    local = [folder / DATA_CACHE_DIR] if where == DATA and _writable(folder) else []
     return [*local, user_cache_dir() / "tasks"]
 
 
@@ -80,19 +90,20 @@ def cached(
     files: Iterable[Path],
     params: Mapping[str, Any],
     build: Callable[[], TaskData],
-    enabled: bool = True,
+    where: str = USER,
 ) -> TaskData:
     """``build()``'s TaskData, read from the cache when an entry for the same inputs exists.
 
     The data (sites, splits, classes, shot groups) and the normaliser fitted to it are
     cached; a loader attaches its augmentation (or another normaliser) afterwards.
     ``version`` is the loader's preprocessing version: bump it when the decoding changes
-    so that old entries are not reused.
+    so that old entries are not reused. ``where`` is ``task.cache``: ``user``, ``data`` or
+    ``off``.
     """
-    if not enabled:
+    if where == OFF:
         return build()
     name = f"{task}-{cache_key(task, version, root, files, params)}.pt"
-    for folder in cache_dirs(root):
+    for folder in cache_dirs(root, where):
         entry = folder / name
         if entry.is_file():
             data = _read(entry)
@@ -101,7 +112,7 @@ def cached(
     data = build()
     if data.normalizer is None:
         data.normalizer = fit_normalizer(data)
-    _write(name, root, data)
+    _write(name, cache_dirs(root, where), data)
     return data
 
 
@@ -126,7 +137,7 @@ def _read(entry: Path) -> TaskData | None:
     )
 
 
-def _write(name: str, root: Path, data: TaskData) -> None:
+def _write(name: str, folders: list[Path], data: TaskData) -> None:
     meta = {
         "kind": data.kind,
         "class_names": list(data.class_names),
@@ -146,7 +157,7 @@ def _write(name: str, root: Path, data: TaskData) -> None:
         },
     }
     errors = []
-    for folder in cache_dirs(root):
+    for folder in folders:
         try:
             write_torch(folder / name, payload)
             return

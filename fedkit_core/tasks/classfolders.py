@@ -70,13 +70,17 @@ def load(config: Config, spec: TaskSpec, layout: FolderSet) -> TaskData:
     clients)."""
     opts = config.section("task")
     root = Path(config["task.path"])
-    base = files.find_dir(root, lambda d: bool(_split_dirs(d)) or _class_tree(d, layout))
+    base = files.find_dir(
+        root,
+        lambda d: bool(split_dirs(d)) or _class_tree(d, layout),
+        hint="; to make each of them a client (one folder per site), use --task folder",
+    )
     if base is None:
         raise spec.layout_error(
             root,
             f"found no folders of images named after the classes ({_few(layout)})",
         )
-    splits = _split_dirs(base)
+    splits = split_dirs(base)
     if splits:
         trees = {split: files.class_folders(folder) for split, folder in splits.items()}
     else:
@@ -106,7 +110,7 @@ def load(config: Config, spec: TaskSpec, layout: FolderSet) -> TaskData:
     return attach(data, opts["augment"])
 
 
-def _split_dirs(folder: Path) -> dict[str, Path]:
+def split_dirs(folder: Path) -> dict[str, Path]:
     """``{train,val,test}`` subfolders that hold class folders, by canonical split name."""
     out = {}
     for sub in files.subdirs(folder):

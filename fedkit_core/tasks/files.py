@@ -67,17 +67,28 @@ def subdirs(folder: Path) -> list[Path]:
     )
 
 
-def find_dir(root: Path, accept: Callable[[Path], bool], depth: int = 3) -> Path | None:
+def find_dir(
+    root: Path, accept: Callable[[Path], bool], depth: int = 3, hint: str = ""
+) -> Path | None:
     """The shallowest folder at or below ``root`` (up to ``depth`` levels) that ``accept``s.
 
     Lets ``task.path`` point at the data set's folder or at any folder a few levels above
-    it (an unpacked archive often nests ``chest_xray/chest_xray/...``).
+    it (an unpacked archive often nests ``chest_xray/chest_xray/...``). When several
+    folders at that depth accept (one copy per hospital), the first is used and the others
+    are reported, followed by ``hint``.
     """
     level = [root]
     for _ in range(depth + 1):
-        for folder in level:
-            if accept(folder):
-                return folder
+        found = [folder for folder in level if accept(folder)]
+        if found:
+            if len(found) > 1:
+                others = [str(f.relative_to(root)) for f in found[1:]]
+                warn(
+                    f"{root}: {len(found)} folders hold the data set's layout; read only "
+                    f"{found[0].relative_to(root)} and ignored {others} (point task.path at "
+                    f"the one you mean{hint})"
+                )
+            return found[0]
         level = [sub for folder in level for sub in subdirs(folder)]
     return None
 
@@ -100,14 +111,28 @@ def read_image(path: Path, channels: int, size: int | None, fit: str = "stretch"
     from PIL import Image
 
     mode = "L" if channels == 1 else "RGB"
-    with Image.open(path) as im:
-        if size:
-            im.draft(mode, (size, size))  # JPEG: decode at the smallest scale >= size
-        im = _to_8bit(im).convert(mode)
-        if size:
-            im = _fit(im, size, fit, Image.Resampling.BILINEAR)
-        array = np.asarray(im, dtype=np.uint8)
+    try:
+        with Image.open(path) as im:
+            if size:
+                im.draft(mode, (size, size))  # JPEG: decode at the smallest scale >= size
+            im = _to_8bit(im).convert(mode)
+            if size:
+                im = _fit(im, size, fit, Image.Resampling.BILINEAR)
+            array = np.asarray(im, dtype=np.uint8)
+    except (OSError, ValueError) as err:  # not an image, truncated, unsupported mode
+        raise FedkitError(f"cannot read {path} as an image: {err}") from None
     return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
+
+
+def image_mode(path: Path) -> str:
+    """The PIL mode of an image file (``L``, ``RGB``, ``I;16``, ...), from its header only."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            return im.mode
+    except (OSError, ValueError) as err:
+        raise FedkitError(f"cannot read {path} as an image: {err}") from None
 
 
 def read_mask(path: Path, size: int | None) -> np.ndarray:

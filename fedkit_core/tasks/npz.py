@@ -2,8 +2,12 @@
 
 The file holds ``{train,val,test}_images`` as (N, H, W) or (N, H, W, C) uint8 and
 ``{train,val,test}_labels`` as (N,) or (N, 1); ``val`` is optional (carved from train when
-absent); ``classes`` optionally names the classes in label order. The readers of the file
-and its arrays are shared with ``npz-seg`` and ``medmnist``.
+absent); ``classes`` optionally names the classes in label order. A ``site`` array (N,)
+(strings or numbers) aligned with the train images makes each site a client
+(``partition.kind=sites`` by default), with ``test_site`` and ``val_site`` for the other
+splits (a split without its site array is an error then: its images could not be shared
+out; without val, each site's val is carved from its train). The readers of the file and
+its arrays are shared with ``npz-seg`` and ``medmnist``.
 """
 
 from __future__ import annotations
@@ -21,8 +25,12 @@ from fedkit_core.tasks.spec import TaskSpec
 
 LAYOUT = (
     "an .npz file with train_images, train_labels, test_images, test_labels "
-    "(and optionally val_images, val_labels, classes), as MedMNIST ships them"
+    "(and optionally val_images, val_labels, classes), as MedMNIST ships them; "
+    "optionally site (one per train image), val_site, test_site"
 )
+REQUIRED = ("train_images", "train_labels", "test_images", "test_labels")
+#: the site array of each split (``site`` is the train split's)
+SITE_KEYS = {"train": "site", "val": "val_site", "test": "test_site"}
 
 SPEC = TaskSpec(
     name="npz",
@@ -35,7 +43,9 @@ SPEC = TaskSpec(
 
 
 def load(config: Config) -> TaskData:
-    return classification_file(Path(config["task.path"]))
+    path = Path(config["task.path"])
+    arrays = read_npz(path, REQUIRED, LAYOUT)
+    return by_site(classification_arrays(arrays, path), arrays, path)
 
 
 def read_npz(path: str | Path, required: tuple[str, ...], layout: str) -> dict[str, np.ndarray]:
@@ -105,9 +115,12 @@ def class_names(arrays: dict[str, np.ndarray], num_classes: int, fallback: list[
 
 
 def classification_file(path: Path) -> TaskData:
-    """The TaskData of one classification .npz file (the ``npz`` task; MedMNIST's files)."""
-    required = ("train_images", "train_labels", "test_images", "test_labels")
-    arrays = read_npz(path, required, LAYOUT)
+    """The TaskData of one classification .npz file (MedMNIST's files), as one site."""
+    return classification_arrays(read_npz(path, REQUIRED, LAYOUT), path)
+
+
+def classification_arrays(arrays: dict[str, np.ndarray], path: Path) -> TaskData:
+    """The TaskData of a classification .npz file's arrays, as one site."""
     splits: dict[str, Split] = {}
     for split in SPLITS:
         pair = [f"{split}_images" in arrays, f"{split}_labels" in arrays]
@@ -135,6 +148,45 @@ def classification_file(path: Path) -> TaskData:
     num_classes = int(max(int(s.targets.max()) for s in splits.values())) + 1
     names = class_names(arrays, num_classes, [f"class{c}" for c in range(num_classes)])
     return TaskData(kind=CLASSIFICATION, class_names=names, sites={"all": splits}, has_sites=False)
+
+
+def by_site(data: TaskData, arrays: dict[str, np.ndarray], path: Path) -> TaskData:
+    """``data`` split into the sites of the file's ``site`` arrays (unchanged without them)."""
+    if "site" not in arrays:
+        return data
+    splits = data.sites["all"]
+    sites: dict[str, dict[str, Split]] = {}
+    for split, values in _site_values(splits, arrays, path).items():
+        for name in dict.fromkeys(values.tolist()):
+            index = np.flatnonzero(values == name)
+            sites.setdefault(name, {})[split] = splits[split].subset(index)
+    lonely = [name for name, own in sites.items() if "train" not in own]
+    if lonely:
+        raise FedkitError(f"{path}: the sites {lonely} have val or test images but no train images")
+    return TaskData(CLASSIFICATION, data.class_names, sites, has_sites=True)
+
+
+def _site_values(
+    splits: dict[str, Split], arrays: dict[str, np.ndarray], path: Path
+) -> dict[str, np.ndarray]:
+    """Each split's site names as strings, checked against the split's size."""
+    out = {}
+    for split, key in SITE_KEYS.items():
+        if split not in splits:
+            continue
+        if key not in arrays:
+            raise FedkitError(
+                f"{path} has a site array but no {key} for its {split} images: add {key} "
+                f"(one site name per {split} image)"
+            )
+        values = np.asarray(arrays[key]).astype(str)
+        if values.shape != (len(splits[split]),):
+            raise FedkitError(
+                f"{path}: {key} must hold one site per {split} image "
+                f"({len(splits[split])}), got shape {values.shape}"
+            )
+        out[split] = values
+    return out
 
 
 def write_fake(

@@ -24,6 +24,7 @@ BUILTINS = {
     "synthetic-seg": "fedkit_core.tasks.synthetic_seg",
     "npz": "fedkit_core.tasks.npz",
     "npz-seg": "fedkit_core.tasks.npz_seg",
+    "folder": "fedkit_core.tasks.folder",
     "prostate": "fedkit_core.tasks.prostate",
     "rif": "fedkit_core.tasks.fundus",
     "ixi": "fedkit_core.tasks.ixi",

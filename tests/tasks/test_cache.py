@@ -42,12 +42,13 @@ def counting_build():
     return build, calls
 
 
-def test_second_load_reads_the_cache(data_dir):
+def test_second_load_reads_the_cache_from_the_user_cache(data_dir, private_cache):
     build, calls = counting_build()
     first = cache.cached("t", 1, data_dir, [data_dir / "x.png"], {"size": 4}, build)
     second = cache.cached("t", 1, data_dir, [data_dir / "x.png"], {"size": 4}, build)
     assert len(calls) == 1
-    assert list((data_dir / cache.DATA_CACHE_DIR).glob("t-*.pt"))
+    assert list((private_cache / "tasks").glob("t-*.pt"))
+    assert not (data_dir / cache.DATA_CACHE_DIR).exists()  # the data folder is not written
     assert torch.equal(first.sites["s1"]["train"].images, second.sites["s1"]["train"].images)
     assert torch.equal(second.sites["s1"]["train"].targets, torch.tensor([0, 1]))
     assert second.sites["s1"]["train"].targets.dtype == torch.int64  # stored as uint8
@@ -73,8 +74,8 @@ def test_read_only_data_folder_uses_the_user_cache(data_dir, private_cache):
     build, calls = counting_build()
     data_dir.chmod(stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP)
     try:
-        cache.cached("t", 1, data_dir, [data_dir / "x.png"], {}, build)
-        cache.cached("t", 1, data_dir, [data_dir / "x.png"], {}, build)
+        cache.cached("t", 1, data_dir, [data_dir / "x.png"], {}, build, "data")
+        cache.cached("t", 1, data_dir, [data_dir / "x.png"], {}, build, "data")
         assert not (data_dir / cache.DATA_CACHE_DIR).exists()  # untouched, even for root
     finally:
         data_dir.chmod(0o755)
@@ -84,20 +85,21 @@ def test_read_only_data_folder_uses_the_user_cache(data_dir, private_cache):
 
 def test_damaged_entry_is_rebuilt_with_a_warning(data_dir):
     build, calls = counting_build()
-    cache.cached("t", 1, data_dir, [data_dir / "x.png"], {}, build)
+    cache.cached("t", 1, data_dir, [data_dir / "x.png"], {}, build, "data")
     (entry,) = (data_dir / cache.DATA_CACHE_DIR).glob("t-*.pt")
     entry.write_bytes(b"not a torch file")
     with pytest.warns(DataWarning, match="unreadable cache entry"):
-        data = cache.cached("t", 1, data_dir, [data_dir / "x.png"], {}, build)
+        data = cache.cached("t", 1, data_dir, [data_dir / "x.png"], {}, build, "data")
     assert len(calls) == 2 and data.num_classes == 2
 
 
-def test_disabled_cache_always_builds(data_dir):
+def test_disabled_cache_always_builds(data_dir, private_cache):
     build, calls = counting_build()
     for _ in range(2):
-        cache.cached("t", 1, data_dir, [data_dir / "x.png"], {}, build, enabled=False)
+        cache.cached("t", 1, data_dir, [data_dir / "x.png"], {}, build, "off")
     assert len(calls) == 2
     assert not (data_dir / cache.DATA_CACHE_DIR).exists()
+    assert not (private_cache / "tasks").exists()
 
 
 def test_user_cache_dir_follows_the_environment(monkeypatch, tmp_path):
@@ -124,7 +126,7 @@ def test_cache_entries_are_readable_by_the_group(data_dir):
     build, _ = counting_build()
     old = os.umask(0o022)
     try:
-        cache.cached("t", 1, data_dir, [data_dir / "x.png"], {}, build)
+        cache.cached("t", 1, data_dir, [data_dir / "x.png"], {}, build, "data")
     finally:
         os.umask(old)
     (entry,) = (data_dir / cache.DATA_CACHE_DIR).glob("t-*.pt")

@@ -57,7 +57,7 @@ def test_augment_flips_image_and_mask_together(tmp_path, load):
 
 def test_mask_foreground_can_be_forced(tmp_path, load):
     write_fake(tmp_path, sites=["BIDMC", "HK"])
-    flipped = load("prostate", tmp_path, image_size=16, mask_foreground="bright", cache=False)
+    flipped = load("prostate", tmp_path, image_size=16, mask_foreground="bright", cache="off")
     assert not organ_is_bright(flipped.sites["HK"]["train"])
 
 
