@@ -31,16 +31,18 @@ def run(
     plugins: Mapping[str, Any] | None = None,
     out: str | Path | None = None,
     observer: Observer | None = None,
+    reuse: bool = False,
 ) -> Results:
     """Run a federation and return its results.
 
     ``config``: a dict of config keys (nested or dotted), a YAML path, or a list of those.
     ``plugins``: extra plugin objects by name (e.g. defined in the embedding code).
     ``out``: a directory for results.json, metrics.csv, plots and checkpoints; ``None``
-    keeps everything in memory.
+    keeps everything in memory. A directory that already holds a run is refused, unless
+    ``reuse`` is true and the run has the same config (see :func:`run_resolved`).
     """
     cfg, plugin_set = resolve_config(config, plugins)
-    return run_resolved(cfg, plugin_set, out=out, observer=observer)
+    return run_resolved(cfg, plugin_set, out=out, observer=observer, reuse=reuse)
 
 
 def run_resolved(
@@ -49,28 +51,56 @@ def run_resolved(
     *,
     out: str | Path | None = None,
     observer: Observer | None = None,
+    reuse: bool = False,
 ) -> Results:
     """Run a config already resolved by :func:`~fedkit_core.resolve.resolve_config` (what the
-    CLI does, having resolved it to name the run directory)."""
+    CLI does, having resolved it to name the run directory).
+
+    ``reuse`` (what ``fedkit compare`` does): when ``out`` holds a run of this same config
+    (same config hash), continue it, or return it when complete. A run of another config is
+    never reused or overwritten: that is an error naming the differing keys. ``out`` is locked
+    while the run is written, so a second process writing it is refused.
+    """
     engine = get_engine(cfg["engine"])
-    run_dir = RunDir(out) if out is not None else None
-    if run_dir is not None:
-        run_dir.create()
+    observer = observer or Observer()
+    if out is None:
+        return engine.execute(cfg, plugin_set, None, observer, resume=False)
+    run_dir = RunDir(out)
+    with run_dir.lock():
+        if reuse and run_dir.is_run():
+            run_dir.require_config(cfg.nested())
+            done = _complete(run_dir)
+            return done if done is not None else _continue(run_dir, cfg, plugin_set, observer)
+        run_dir.create(cfg.nested())
         run_dir.save_config(cfg.nested())
-    return engine.execute(cfg, plugin_set, run_dir, observer or Observer(), resume=False)
+        return engine.execute(cfg, plugin_set, run_dir, observer, resume=False)
 
 
 def resume(
     out: str | Path, *, plugins: Mapping[str, Any] | None = None, observer: Observer | None = None
 ) -> Results:
     """Continue the run in ``out`` from its last completed round (same final results as an
-    uninterrupted run), on the engine it was started on. A complete run is returned as it is."""
+    uninterrupted run), on the engine it was started on. A complete run is returned as it is;
+    a run another live process is writing is refused."""
     run_dir = RunDir(out)
     saved = run_dir.load_config()
+    with run_dir.lock():
+        if (done := _complete(run_dir)) is not None:
+            return done
+        cfg, plugin_set = resolve_config(saved, plugins)
+        return _continue(run_dir, cfg, plugin_set, observer or Observer())
+
+
+def _complete(run_dir: RunDir) -> Results | None:
     if run_dir.results.is_file() and run_dir.load_results().get("status") == "complete":
         return Results(run_dir.load_results())
-    cfg, plugin_set = resolve_config(saved, plugins)
+    return None
+
+
+def _continue(run_dir: RunDir, cfg: Config, plugin_set: PluginSet, observer: Observer) -> Results:
+    """The unfinished run in ``run_dir`` (of config ``cfg``), continued from its last
+    checkpoint."""
     if not cfg["checkpoint"]:
-        raise FedkitError(f"{out} was run with checkpoint=false and cannot be resumed")
+        raise FedkitError(f"{run_dir.path} was run with checkpoint=false and cannot be resumed")
     engine = get_engine(cfg["engine"])
-    return engine.execute(cfg, plugin_set, run_dir, observer or Observer(), resume=True)
+    return engine.execute(cfg, plugin_set, run_dir, observer, resume=True)

@@ -108,7 +108,6 @@ def compare(
     from fedkit_core.errors import FedkitError
     from fedkit_core.resolve import resolve_config
     from fedkit_core.results import compare as cmp
-    from fedkit_core.results.store import RunDir
 
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
@@ -128,9 +127,7 @@ def compare(
     def run_one(layers, path, spec, seed):
         title = f"[{next(counter)}/{total}] {spec} seed {seed}"
         with progress(quiet, title) as observer:
-            if RunDir(path).is_run():
-                return api.resume(path, observer=observer)
-            return api.run(layers, out=path, observer=observer)
+            return api.run(layers, out=path, observer=observer, reuse=True)
 
     found = cmp.compare(runspecs, seeds=seed_list, out=out, base=base, sets=sets, run_one=run_one)
     if not quiet:

@@ -2,7 +2,8 @@
 
 Each RUNSPEC (a plugin name, a combination ``a+b``, or a YAML config path) runs once per
 seed into ``OUT/<label>/seed<k>/`` (an ordinary run directory, so an interrupted comparison
-continues where it stopped). The summary is ``compare.json``
+continues where it stopped; a folder holding a run of another config is refused, never reused
+or overwritten). The summary is ``compare.json``
 (``{runspec: {metric: {mean, std, per_seed}}}``, std over seeds with ddof 0),
 ``compare.md`` (a table to paste) and ``compare.png``. Keys of a plugin that a runspec does
 not use are ignored for that runspec, in ``--set`` pairs and in the shared ``--config`` file.
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from fedkit_core.config import load_yaml
+from fedkit_core.errors import FedkitError
 from fedkit_core.plugins import BUILTINS, installed
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir, write_json, write_text
@@ -193,6 +195,46 @@ def plot(table: Mapping[str, Mapping[str, Any]], main: str, path: Path) -> Path:
     return save_figure(fig, path)
 
 
+def planned_runs(
+    runspecs: Sequence[str],
+    seeds: Sequence[int],
+    out: Path,
+    base: Sequence[Mapping[str, Any]],
+    sets: Mapping[str, Any],
+) -> list[tuple[str, int, Path, list[Mapping[str, Any]]]]:
+    """``(runspec, seed, run folder, config layers)`` of every run of a comparison."""
+    return [
+        (
+            spec,
+            seed,
+            out / runspec_label(spec) / f"seed{seed}",
+            [
+                *runspec_layers(spec, base, sets),
+                {"seed": seed},
+            ],
+        )
+        for spec in runspecs
+        for seed in seeds
+    ]
+
+
+def refuse_foreign_runs(plan: Sequence[tuple[str, int, Path, list[Mapping[str, Any]]]]) -> None:
+    """Before any training: every planned folder that already holds a run must hold a run of
+    the very same config (it is then reused); otherwise exit 2 naming each such folder and
+    its differing keys. A comparison never reuses or overwrites a run of another config."""
+    from fedkit_core.resolve import resolve_config
+
+    problems = []
+    for _, _, path, layers in plan:
+        if RunDir(path).is_run():
+            try:
+                RunDir(path).require_config(resolve_config(layers)[0].nested())
+            except FedkitError as err:
+                problems.append(str(err))
+    if problems:
+        raise FedkitError("\n".join(problems))
+
+
 def compare(
     runspecs: Sequence[str],
     *,
@@ -202,11 +244,14 @@ def compare(
     sets: Mapping[str, Any] | None = None,
     run_one: Callable[[list[Mapping[str, Any]], Path, str, int], Results] | None = None,
 ) -> Comparison:
-    """Run every runspec for every seed (reusing finished runs) and summarise.
+    """Run every runspec for every seed (reusing or continuing runs of the same config) and
+    summarise exactly those runs.
 
     ``base``: config layers shared by all runs (a YAML file, task flags); ``sets``: ``--set``
-    pairs, filtered per runspec; ``run_one(layers, out_dir, spec, seed)`` runs or resumes one
-    (default: :func:`fedkit_core.api.run` / ``resume`` without progress display).
+    pairs, filtered per runspec; ``run_one(layers, out_dir, spec, seed)`` runs or continues one
+    (default: :func:`fedkit_core.api.run` with ``reuse=True``, without progress display).
+    Folders holding runs of another config are refused before anything runs, and the summary
+    files of an earlier comparison in ``out`` are removed first, so they never outlive it.
     """
     from fedkit_core import api
 
@@ -214,19 +259,18 @@ def compare(
     if run_one is None:
 
         def run_one(layers, path, spec, seed):
-            if RunDir(path).is_run():
-                return api.resume(path)
-            return api.run(layers, out=path)
+            return api.run(layers, out=path, reuse=True)
 
+    plan = planned_runs(runspecs, seeds, out, base, sets or {})
+    refuse_foreign_runs(plan)
+    for stale in out.glob("compare.*"):
+        stale.unlink()
     runs: dict[str, list[Results]] = {}
     main = None
-    for spec in runspecs:
-        for seed in seeds:
-            path = out / runspec_label(spec) / f"seed{seed}"
-            layers = [*runspec_layers(spec, base, sets or {}), {"seed": seed}]
-            results = run_one(layers, path, spec, seed)
-            runs.setdefault(spec, []).append(results)
-            main = results["task"]["main_metric"]
+    for spec, seed, path, layers in plan:
+        results = run_one(layers, path, spec, seed)
+        runs.setdefault(spec, []).append(results)
+        main = results["task"]["main_metric"]
     table = aggregate(runs)
     write_json(out / "compare.json", table)
     write_text(out / "compare.md", markdown(table, main, seeds))

@@ -1,11 +1,19 @@
-"""A run directory and atomic writes: a reader never sees a half-written file."""
+"""A run directory and atomic writes: a reader never sees a half-written file.
+
+A run directory records the SHA-256 of its resolved config (``config.sha256``) so that a run
+is reused only for the very config it was made with, and holds ``run.lock`` while a process
+writes it so that two processes never write one run.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import socket
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -67,13 +75,58 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
+#: config keys that label a run without changing its results: left out of the config hash
+HASH_IGNORES = ("name",)
+
+
+def config_hash(nested: Mapping[str, Any]) -> str:
+    """SHA-256 of a resolved config (nested, as in ``config.yaml``): canonical JSON (sorted
+    keys, no spaces) of every key but :data:`HASH_IGNORES`."""
+    kept = {k: v for k, v in nested.items() if k not in HASH_IGNORES}
+    text = json.dumps(kept, sort_keys=True, separators=(",", ":"), default=_jsonable)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _flat(nested: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in nested.items():
+        if isinstance(value, Mapping):
+            out.update(_flat(value, f"{prefix}{key}."))
+        elif f"{prefix}{key}" not in HASH_IGNORES:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """``key: old -> new`` for every dotted key whose value differs (``-`` where absent)."""
+    a, b = _flat(old), _flat(new)
+    return [
+        f"{k}: {a.get(k, '-')} -> {b.get(k, '-')}"
+        for k in sorted(a.keys() | b.keys())
+        if a.get(k, "-") != b.get(k, "-")
+    ]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
 class RunDir:
-    """The files of one run: config.yaml, results.json, metrics.csv, plots, checkpoint/."""
+    """The files of one run: config.yaml, config.sha256, results.json, metrics.csv, plots,
+    checkpoint/, and run.lock while a process writes it."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
 
     config = property(lambda self: self.path / "config.yaml")
+    config_sha256 = property(lambda self: self.path / "config.sha256")
+    lock_file = property(lambda self: self.path / "run.lock")
     results = property(lambda self: self.path / "results.json")
     metrics_csv = property(lambda self: self.path / "metrics.csv")
     checkpoint = property(lambda self: self.path / "checkpoint")
@@ -81,18 +134,101 @@ class RunDir:
     def is_run(self) -> bool:
         return self.config.is_file()
 
-    def create(self) -> None:
+    def create(self, nested: Mapping[str, Any]) -> None:
+        """Make the folder of a new run of config ``nested``; refuse one that holds a run."""
+        self._mkdir()
         if self.is_run():
+            self.require_config(nested)
             raise FedkitError(
-                f"{self.path} already holds a run: continue it with `fedkit resume {self.path}`, "
-                "or choose another --out"
+                f"{self.path} already holds a run of this config: continue it with "
+                f"`fedkit resume {self.path}`, or choose another --out"
             )
+
+    def _mkdir(self) -> None:
         if self.path.exists() and not self.path.is_dir():
             raise FedkitError(f"--out {self.path} is a file; give a folder for the run")
         self.path.mkdir(parents=True, exist_ok=True)
 
-    def save_config(self, nested: dict[str, Any]) -> None:
-        write_text(self.config, yaml.safe_dump(nested, sort_keys=False))
+    def save_config(self, nested: Mapping[str, Any]) -> None:
+        """Write ``config.yaml`` and its hash ``config.sha256``."""
+        write_text(self.config, yaml.safe_dump(dict(nested), sort_keys=False))
+        write_text(self.config_sha256, config_hash(nested) + "\n")
+
+    def config_hash(self) -> str:
+        """The recorded config hash (computed from config.yaml for runs older than the hash)."""
+        if self.config_sha256.is_file():
+            return self.config_sha256.read_text().strip()
+        return config_hash(self.load_config())
+
+    def require_config(self, nested: Mapping[str, Any]) -> None:
+        """Refuse (exit 2) when this run was made with another config than ``nested``, naming
+        the differing keys: a run is never reused or overwritten for another config."""
+        if self.config_hash() == config_hash(nested):
+            return
+        diff = config_diff(self.load_config(), nested) or [
+            f"{self.config_sha256.name} does not match its config.yaml"
+        ]
+        raise FedkitError(
+            f"{self.path} holds a run of another config ({'; '.join(diff)}); it is neither "
+            f"reused nor overwritten: choose another --out, or delete {self.path} to run it again"
+        )
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold ``run.lock`` (pid, host, start time) while writing the run; exit 2 when a live
+        process holds it. A lock left by a dead process on this host is taken over; one from
+        another host is never taken over, as its process cannot be checked from here."""
+        self._mkdir()
+        mine = {"pid": os.getpid(), "host": socket.gethostname(), "since": f"{datetime.now()}"}
+        if not self._claim(mine):
+            self._break_stale()
+            if not self._claim(mine):
+                self._refuse(self._holder())
+        try:
+            yield
+        finally:
+            if self._holder() == mine:
+                self.lock_file.unlink(missing_ok=True)
+
+    def _claim(self, mine: Mapping[str, Any]) -> bool:
+        """Create run.lock with its content in one step (link of a complete temporary file)."""
+        fd, tmp = tempfile.mkstemp(dir=self.path, prefix=".run.lock.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(mine, fh)
+            os.link(tmp, self.lock_file)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+
+    def _holder(self) -> dict[str, Any]:
+        try:
+            holder = json.loads(self.lock_file.read_text())
+        except FileNotFoundError:
+            return {}
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return {"pid": None, "host": "?", "since": "?"}
+        return holder if isinstance(holder, dict) else {"pid": None, "host": "?", "since": "?"}
+
+    def _break_stale(self) -> None:
+        holder = self._holder()
+        pid, host = holder.get("pid"), holder.get("host")
+        if not holder or (host == socket.gethostname() and isinstance(pid, int) and _alive(pid)):
+            return
+        if host != socket.gethostname():
+            self._refuse(holder)
+        self.lock_file.unlink(missing_ok=True)
+
+    def _refuse(self, holder: Mapping[str, Any]) -> None:
+        pid, host = holder.get("pid"), holder.get("host")
+        where = "" if host == socket.gethostname() else f" on host {host}"
+        raise FedkitError(
+            f"run {self.path} is being written by process {pid}{where} (since "
+            f"{holder.get('since')}); wait for it to end, or, if that process is gone, delete "
+            f"{self.lock_file}"
+        )
 
     def load_config(self) -> dict[str, Any]:
         if not self.is_run():

@@ -206,6 +206,6 @@ def serve_deployed(grid: Grid, context: Context) -> None:
     out = str(context.run_config.get(OUT_KEY, ""))
     run_dir = RunDir(out) if out else None
     if run_dir is not None:
-        run_dir.create()
+        run_dir.create(cfg.nested())
         run_dir.save_config(cfg.nested())
     serve(grid, cfg, plugin_set, run_dir, LogObserver(), cfg["flower.nodes"], deployed=True)
