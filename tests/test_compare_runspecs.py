@@ -30,13 +30,13 @@ def test_console_rows_put_runspecs_side_by_side():
     }
     rows = compare.Comparison(table, "bacc", [0, 1]).rows()
     assert [r["metric"] for r in rows] == [
-        "global bacc",
+        "global bACC",
         "fairness std",
-        "global bacc, best val round",
+        "global bACC, best val round",
     ]
     assert rows[0]["fedavg"] == rows[0]["fca"] == "0.5000 ± 0.2500"
-    assert compare.metric_label("final.clients_mean.dice") == "clients mean dice"
-    assert compare.metric_label("final.summary.fca.gs_bacc") == "fca.gs_bacc"
+    assert compare.metric_label("final.clients_mean.dice") == "clients mean Dice"
+    assert compare.metric_label("final.summary.fca.gs_bacc") == "fca gs bACC"
 
 
 def test_markdown_table_scales_and_rounds():

@@ -135,15 +135,18 @@ def compare(
         console.print(rows_table(found.rows(), f"mean ± std over seeds {seeds_text}, last round"))
     console.print(
         f"comparison of {len(found.table)} runspecs in [bold]{out}[/] "
-        "(compare.json, compare.md to paste, compare.png)"
+        "(compare.json, compare.md and compare.tex to paste, compare.png/.pdf/.svg)"
     )
 
 
 @app.command()
 def report(
     run_dirs: list[Path] = typer.Argument(..., help="one or more run directories"),
-    out: Path = typer.Option(
-        Path("report.png"), "--out", "-o", help="overlay plot when several runs"
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="overlay figure when several runs (default report.png in their common folder)",
     ),
 ) -> None:
     """Re-plot and summarise one or several runs."""
@@ -216,15 +219,22 @@ def data(
     set_: list[str] = SetOpt,
     clients: int | None = ClientsOpt,
     seed: int | None = SeedOpt,
-    out: Path = typer.Option(Path("partition.png"), "--out", "-o", help="heatmap PNG"),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="folder, or image path, of the heatmap (default runs/data-<task>-<time>/)",
+    ),
 ) -> None:
     """Show how the task's data is split into clients (class counts) and save a heatmap."""
     from fedkit_core.cli.display import rows_table
     from fedkit_core.federation import prepare
     from fedkit_core.resolve import resolve_config
-    from fedkit_core.results.plots import plot_partition
+    from fedkit_core.results.plots import figure_target, plot_partition
+    from fedkit_core.results.store import default_out
 
     cfg, plugin_set = resolve_config(layers_of(config, [], task, set_, clients=clients, seed=seed))
+    path = figure_target(out or default_out({"name": f"data-{cfg['task.name']}"}), "partition")
     fed = prepare(cfg, plugin_set)
     names = fed.task.class_names
     rows = [
@@ -239,4 +249,4 @@ def data(
     ]
     unit = "pixels" if fed.task.kind == "segmentation" else "samples"
     console.print(rows_table(rows, f"{cfg['task.name']}: training {unit} per class and client"))
-    console.print(f"heatmap: {plot_partition(fed.task, fed.infos, out)}")
+    console.print(f"heatmap: {plot_partition(fed.task, fed.infos, path)} (.pdf, .svg beside)")

@@ -5,8 +5,10 @@ seed into ``OUT/<label>/seed<k>/`` (an ordinary run directory, so an interrupted
 continues where it stopped; a folder holding a run of another config is refused, never reused
 or overwritten). The summary is ``compare.json``
 (``{runspec: {metric: {mean, std, per_seed}}}``, std over seeds with ddof 0),
-``compare.md`` (a table to paste) and ``compare.png``. Keys of a plugin that a runspec does
-not use are ignored for that runspec, in ``--set`` pairs and in the shared ``--config`` file.
+``compare.md`` and ``compare.tex`` (the table to paste, with readable headers and notes) and
+the ``compare`` figure (per-round curves with mean ± std bands; PNG, PDF, SVG). Keys of a
+plugin that a runspec does not use are ignored for that runspec, in ``--set`` pairs and in
+the shared ``--config`` file.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 from fedkit_core.config import load_yaml
 from fedkit_core.errors import FedkitError
 from fedkit_core.plugins import BUILTINS, installed
+from fedkit_core.results.labels import METRICS, client_view, metric_name
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir, write_json, write_text
 
@@ -114,12 +117,12 @@ def _columns(table: Mapping[str, Mapping[str, Any]], main: str) -> list[str]:
 
 
 def metric_label(path: str) -> str:
-    """``final.clients_mean.bacc`` -> ``clients mean bacc`` (for people, not files)."""
+    """``final.clients_mean.bacc`` -> ``clients mean bACC`` (for people, not files)."""
     kind, scope, name = path.split(".", 2)
-    scope = {"summary": "", "clients_mean": "clients mean", "fairness": "fairness"}.get(
-        scope, scope
-    )
-    label = f"{scope} {name}".strip()
+    if scope == "fairness":
+        return f"fairness {name}"
+    scope = {"summary": "", "clients_mean": "clients mean"}.get(scope, scope)
+    label = f"{scope} {metric_name(name, short=True)}".strip()
     return f"{label}, best val round" if kind == "best" else label
 
 
@@ -147,52 +150,104 @@ def markdown_table(
     columns: Sequence[str],
     scale: float = 1.0,
     digits: int = 4,
+    headers: Sequence[str] | None = None,
 ) -> str:
     """``{runspec: {column: {mean, std}}}`` as a markdown table of ``mean ± std`` cells
-    (values times ``scale``: 100 for percent)."""
-    lines = ["| runspec | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    (values times ``scale``: 100 for percent), headed by ``headers`` (default: the columns)."""
+    head = headers or columns
+    lines = ["| runspec | " + " | ".join(head) + " |", "|---" * (len(columns) + 1) + "|"]
     for spec, row in table.items():
-        cells = [
-            f"{scale * row[c]['mean']:.{digits}f} ± {scale * row[c]['std']:.{digits}f}"
-            for c in columns
-        ]
+        cells = [_cell(row[c], scale, digits, " ± ") for c in columns]
         lines.append(f"| {spec} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def markdown(table: Mapping[str, Mapping[str, Any]], main: str, seeds: Sequence[int]) -> str:
-    head = f"Mean ± std over seeds {', '.join(map(str, seeds))}.\n\n"
-    return head + markdown_table(table, _columns(table, main))
+def _cell(entry: Mapping[str, Any], scale: float, digits: int, pm: str) -> str:
+    return f"{scale * entry['mean']:.{digits}f}{pm}{scale * entry['std']:.{digits}f}"
 
 
-def plot(table: Mapping[str, Mapping[str, Any]], main: str, path: Path) -> Path:
-    from fedkit_core.results.plots import _pyplot, save_figure
+_TEX = {c: "\\" + c for c in "&%$#_{}"} | {
+    "~": r"\textasciitilde{}",
+    "^": r"\^{}",
+    "\\": r"\textbackslash{}",
+}
 
-    plt = _pyplot()
-    cols = [c for c in _columns(table, main) if c != "final.fairness.std"][:6]
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(cols) + 2), 4))
-    width = 0.8 / max(1, len(table))
-    for i, (spec, row) in enumerate(table.items()):
-        xs = np.arange(len(cols)) + i * width
-        ax.bar(
-            xs,
-            [row[c]["mean"] for c in cols],
-            width,
-            yerr=[row[c]["std"] for c in cols],
-            capsize=3,
-            label=spec,
-        )
-    ax.set_xticks(
-        np.arange(len(cols)) + width * (len(table) - 1) / 2,
-        [c.replace("final.", "") for c in cols],
-        rotation=20,
-        ha="right",
-        fontsize=8,
+
+def _tex(text: str) -> str:
+    return "".join(_TEX.get(c, c) for c in text).replace("±", r"$\pm$")
+
+
+def latex_table(
+    table: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    columns: Sequence[str],
+    headers: Sequence[str],
+    caption: str,
+    digits: int = 4,
+) -> str:
+    """The :func:`markdown_table` as a booktabs ``table`` (``\\usepackage{booktabs}``)."""
+    lines = [
+        r"\begin{table}[t]",
+        r"\centering",
+        rf"\caption{{{_tex(caption)}}}",
+        r"\begin{tabular}{l" + "r" * len(columns) + "}",
+        r"\toprule",
+        "runspec & " + " & ".join(map(_tex, headers)) + r" \\",
+        r"\midrule",
+    ]
+    for spec, row in table.items():
+        cells = ["$" + _cell(row[c], 1.0, digits, r" \pm ") + "$" for c in columns]
+        lines.append(f"{_tex(spec)} & " + " & ".join(cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def notes(
+    table: Mapping[str, Mapping[str, Any]],
+    main: str,
+    seeds: Sequence[int],
+    views: Mapping[str, str],
+) -> list[str]:
+    """What the table's numbers are: seeds, scopes, metric names and, per runspec, whether
+    the per-client numbers come from personalised models (``views``: runspec -> the view
+    that served the clients, see :func:`~fedkit_core.results.labels.client_view`)."""
+    columns = _columns(table, main)
+    used = dict.fromkeys(m for c in columns if (m := c.rsplit(".", 1)[-1]) in METRICS)
+    names = "; ".join(f"{metric_name(m, short=True)}: {metric_name(m)}" for m in used)
+    served = "; ".join(
+        f"{spec}: "
+        + ("global model, not personalised" if v == "global" else f"personalised ({v} view)")
+        for spec, v in views.items()
     )
-    ax.set(ylim=(0, 1), title="mean ± std over seeds")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
-    return save_figure(fig, path)
+    return [
+        f"Mean ± std over seeds {', '.join(map(str, seeds))}, final round, test split. "
+        "global: the global model on the pooled test set; clients mean: unweighted mean over "
+        f"the clients' test sets; fairness std / worst: std and worst of the clients' "
+        f"{metric_name(main, short=True)}; best val round: the global model of the round best "
+        f"on validation. {names}.",
+        f"Per-client numbers: {served}.",
+    ]
+
+
+def write_summary(
+    out: Path,
+    table: Mapping[str, Mapping[str, Any]],
+    runs: Mapping[str, Sequence[Results]],
+    main: str,
+    seeds: Sequence[int],
+) -> None:
+    """``compare.md`` and ``compare.tex`` (the table and its notes) and the ``compare``
+    figure (per-round curves, mean ± std over seeds, as PNG, PDF and SVG)."""
+    from fedkit_core.results.plots import plot_groups
+
+    views = {spec: client_view(seeds_runs[0]["final"]) for spec, seeds_runs in runs.items()}
+    columns = _columns(table, main)
+    headers = [metric_label(c) for c in columns]
+    paragraphs = notes(table, main, seeds, views)
+    md = "\n\n".join([*paragraphs, markdown_table(table, columns, headers=headers)])
+    write_text(out / "compare.md", md)
+    tex = latex_table(table, columns, headers, caption=" ".join(paragraphs))
+    write_text(out / "compare.tex", tex)
+    plot_groups(runs, out / "compare.png")
 
 
 def planned_runs(
@@ -273,6 +328,5 @@ def compare(
         main = results["task"]["main_metric"]
     table = aggregate(runs)
     write_json(out / "compare.json", table)
-    write_text(out / "compare.md", markdown(table, main, seeds))
-    plot(table, main, out / "compare.png")
+    write_summary(out, table, runs, main, seeds)
     return Comparison(table, main, list(seeds))

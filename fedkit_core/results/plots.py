@@ -1,4 +1,8 @@
-"""Plots of a run (curves.png, clients.png) and of several runs side by side."""
+"""Figures of a run (curves, clients), of several runs and of a comparison across seeds.
+
+Every figure is written as PNG (to look at), PDF and SVG (for a paper: text stays text)
+beside each other; rounds are whole numbers, legends sit outside the data and metrics carry
+the names a reader knows (:mod:`fedkit_core.results.labels`)."""
 
 from __future__ import annotations
 
@@ -8,7 +12,12 @@ from typing import Any
 
 import numpy as np
 
+from fedkit_core.errors import FedkitError
+from fedkit_core.results.labels import client_view, metric_name
 from fedkit_core.results.store import _atomic
+
+FORMATS = ("png", "pdf", "svg")
+_METADATA = {"pdf": {"CreationDate": None}, "svg": {"Date": None}, "png": {}}  # reproducible
 
 
 def _pyplot():
@@ -17,73 +26,150 @@ def _pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    plt.rcParams.update({"pdf.fonttype": 42, "svg.fonttype": "none", "svg.hashsalt": "fedkit"})
     return plt
 
 
+def figure_paths(path: Path) -> list[Path]:
+    """The PNG, PDF and SVG files of the figure ``path`` (with or without an image suffix)."""
+    path = Path(path)
+    stem = path.with_suffix("") if path.suffix.lstrip(".").lower() in FORMATS else path
+    return [stem.with_name(f"{stem.name}.{fmt}") for fmt in FORMATS]
+
+
+def figure_target(out: Path, name: str) -> Path:
+    """Where a figure called ``name`` goes for ``--out``: ``out`` itself when it names an
+    image (``.png``, ``.pdf``, ``.svg``), else ``out/<name>.png`` (a folder). An existing file
+    of another kind (a dataset, say) is refused, never overwritten."""
+    out = Path(out)
+    if out.suffix.lstrip(".").lower() in FORMATS:
+        return out
+    if out.exists() and not out.is_dir():
+        raise FedkitError(
+            f"--out {out} is an existing file, not a folder or a .png/.pdf/.svg path; "
+            "refusing to overwrite it"
+        )
+    return out / f"{name}.png"
+
+
 def save_figure(fig: Any, path: Path) -> Path:
-    _atomic(Path(path), lambda fh: fig.savefig(fh, format="png", dpi=120, bbox_inches="tight"))
+    """Write ``fig`` as PNG, PDF and SVG beside each other; returns the PNG's path."""
+    paths = figure_paths(path)
+    for target, fmt in zip(paths, FORMATS):
+        _atomic(
+            target,
+            lambda fh, fmt=fmt: fig.savefig(
+                fh, format=fmt, dpi=150, bbox_inches="tight", metadata=_METADATA[fmt]
+            ),
+        )
     _pyplot().close(fig)
-    return Path(path)
+    return paths[0]
+
+
+def _rounds_axis(ax: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("round")
+    ax.grid(alpha=0.3)
+
+
+def _legend_below(fig: Any, axes: Sequence[Any]) -> None:
+    """One legend for the figure, below the axes, from the labelled lines of all axes."""
+    seen: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, handle)
+    fig.legend(
+        seen.values(),
+        seen.keys(),
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncol=min(4, len(seen)),
+        frameon=False,
+        fontsize=8,
+    )
+
+
+def _fairness_text(final: Mapping[str, Any]) -> str:
+    fair = final.get("fairness") or {}
+    if not fair:
+        return ""
+    worst = f" ({fair['worst_client']})" if fair.get("worst_client") else ""
+    return f"across clients: std {fair['std']:.3f}, worst {fair['worst']:.3f}{worst}"
 
 
 def plot_run(results: Mapping[str, Any], directory: Path) -> list[Path]:
-    """``curves.png`` (main metric per round for global and each client; train loss) and
-    ``clients.png`` (final main metric per client)."""
+    """``curves`` (main metric per round for global and each client; training loss) and
+    ``clients`` (final main metric per client, the global value and the fairness)."""
     plt = _pyplot()
     main = results["task"]["main_metric"]
+    name = metric_name(main)
     evaluated = [r for r in results["rounds"] if "val" in r]
     if not evaluated:
         return []
+    final = results["final"]
+    view = client_view(final)
+    suffix = "" if view == "global" else f" ({view} model)"
     rounds = [r["round"] for r in evaluated]
-    fig, (ax, ax_loss) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax, ax_loss) = plt.subplots(1, 2, figsize=(10, 3.8))
     clients = list(results["task"]["client_ids"])
     for cid in clients:
         ys = [r["clients"].get(cid, {}).get(main, np.nan) for r in evaluated]
-        ax.plot(rounds, ys, lw=1, alpha=0.6, label=f"client {cid}")
-    ax.plot(
-        rounds,
-        [r["clients_mean"].get(main, np.nan) for r in evaluated],
-        "k--",
-        lw=1.5,
-        label="clients mean",
-    )
-    ax.plot(
-        rounds,
-        [r["global"].get(main, np.nan) for r in evaluated],
-        "k-",
-        lw=2.5,
-        label="global (pooled)",
-    )
-    ax.set(xlabel="round", ylabel=f"test {main}", title=f"{_title(results)}: test {main}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+        ax.plot(rounds, ys, lw=1, alpha=0.6, label=f"client {cid}{suffix}")
+    means = [r["clients_mean"].get(main, np.nan) for r in evaluated]
+    ax.plot(rounds, means, "k--", lw=1.5, label="mean over clients")
+    glob = [r["global"].get(main, np.nan) for r in evaluated]
+    ax.plot(rounds, glob, "k-", lw=2.5, label="global model, pooled test")
+    ax.set(ylabel=f"test {name}", title=f"{_title(results)}\n{_fairness_text(final)}")
+    _rounds_axis(ax)
     loss_rounds = [r["round"] for r in results["rounds"] if r.get("train")]
     losses = [
         np.mean([c["loss"] for c in r["train"].values()])
         for r in results["rounds"]
         if r.get("train")
     ]
-    ax_loss.plot(loss_rounds, losses, "o-", ms=3)
-    ax_loss.set(xlabel="round", ylabel="mean local training loss", title="training loss")
-    ax_loss.grid(alpha=0.3)
+    ax_loss.plot(loss_rounds, losses, "o-", ms=3, color="tab:gray")
+    ax_loss.set(ylabel="mean local training loss", title="training loss")
+    _rounds_axis(ax_loss)
+    _legend_below(fig, [ax])
     paths = [save_figure(fig, Path(directory) / "curves.png")]
-    final = results["final"]
-    fig, ax = plt.subplots(figsize=(max(4, 0.6 * len(clients) + 2), 3.6))
-    values = [final["clients"].get(cid, {}).get(main, np.nan) for cid in clients]
-    ax.bar(range(len(clients)), values, color="tab:blue")
-    ax.set_xticks(range(len(clients)), clients, rotation=45 if len(clients) > 6 else 0, ha="right")
-    if main in final.get("global", {}):
-        ax.axhline(
-            final["global"][main], color="k", lw=1.5, label=f"global {final['global'][main]:.3f}"
-        )
-    fair = final.get("fairness", {})
-    title = f"final {main} per client"
-    if fair:
-        title += f" (std {fair['std']:.3f}, worst {fair['worst']:.3f})"
-    ax.set(ylabel=main, title=title, ylim=(0, 1))
-    ax.legend(fontsize=8)
-    paths.append(save_figure(fig, Path(directory) / "clients.png"))
+    paths.append(_plot_clients(results, main, clients, view, Path(directory) / "clients.png"))
     return paths
+
+
+def _plot_clients(
+    results: Mapping[str, Any], main: str, clients: Sequence[str], view: str, path: Path
+) -> Path:
+    """Bars of the final main metric per client on an axis around the data, with the global
+    model's value and the clients' mean as lines and the fairness in the title."""
+    plt = _pyplot()
+    final = results["final"]
+    values = np.array([final["clients"].get(c, {}).get(main, np.nan) for c in clients], float)
+    fig, ax = plt.subplots(figsize=(max(4.5, 0.6 * len(clients) + 2.5), 3.6))
+    ax.bar(range(len(clients)), values, color="tab:blue", alpha=0.8)
+    for i, v in enumerate(values):
+        if np.isfinite(v):
+            ax.annotate(f"{v:.3f}", (i, v), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(clients)), clients, rotation=45 if len(clients) > 6 else 0, ha="right")
+    shown = list(values)
+    if main in final.get("global", {}):
+        shown.append(final["global"][main])
+        ax.axhline(shown[-1], color="k", lw=1.5, label=f"global model {shown[-1]:.3f}")
+    mean = final.get("clients_mean", {}).get(main)
+    if mean is not None:
+        ax.axhline(mean, color="k", ls="--", lw=1, label=f"mean over clients {mean:.3f}")
+    lo, hi = np.nanmin(shown), np.nanmax(shown)
+    pad = max(0.1 * (hi - lo), 0.02)
+    ax.set_ylim(max(0.0, lo - pad) if lo >= 0 else lo - pad, hi + 1.5 * pad)
+    served = "global model" if view == "global" else f"personalised ({view} view)"
+    ax.set(
+        ylabel=f"test {metric_name(main)}",
+        title=f"final round per client, {served}\n{_fairness_text(final)}",
+    )
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    return save_figure(fig, path)
 
 
 def _title(results: Mapping[str, Any]) -> str:
@@ -95,22 +181,58 @@ def _title(results: Mapping[str, Any]) -> str:
     return f"{plugins} on {results['task']['name']}"
 
 
-def plot_runs(runs: Sequence[Mapping[str, Any]], labels: Sequence[str], path: Path) -> Path:
-    """Global and clients-mean main metric per round of several runs in one figure."""
+_PANELS = (  # (round record scope, key, panel title)
+    ("global", None, "global model, pooled test"),
+    ("clients_mean", None, "mean over the clients' tests"),
+    ("fairness", "std", "std across clients (lower is fairer)"),
+)
+
+
+def _per_round(runs: Sequence[Mapping[str, Any]], scope: str, key: str | None) -> tuple:
+    """Rounds evaluated in every run and the ``(runs, rounds)`` values of one scope."""
+    main = runs[0]["task"]["main_metric"]
+    evaluated = [{r["round"]: r for r in x["rounds"] if "val" in r} for x in runs]
+    rounds = sorted(set.intersection(*(set(e) for e in evaluated)))
+    values = [[(e[k].get(scope) or {}).get(key or main, np.nan) for k in rounds] for e in evaluated]
+    return rounds, np.array(values, dtype=float)
+
+
+def plot_groups(groups: Mapping[str, Sequence[Mapping[str, Any]]], path: Path) -> Path:
+    """Main metric per round of each group of runs (a runspec's seeds): the mean line and,
+    with two or more runs, a mean ± std band; panels for the global model, the clients'
+    mean and the std across clients (fairness)."""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for results, label in zip(runs, labels):
-        main = results["task"]["main_metric"]
-        evaluated = [r for r in results["rounds"] if "val" in r]
-        rounds = [r["round"] for r in evaluated]
-        axes[0].plot(rounds, [r["global"].get(main, np.nan) for r in evaluated], label=label)
-        axes[1].plot(rounds, [r["clients_mean"].get(main, np.nan) for r in evaluated], label=label)
-    axes[0].set(title="global (pooled test)", xlabel="round", ylabel=main)
-    axes[1].set(title="mean over clients", xlabel="round")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    first = next(iter(groups.values()))[0]
+    name = metric_name(first["task"]["main_metric"])
+    panels = [
+        p
+        for p in _PANELS
+        if any(np.isfinite(_per_round(runs, p[0], p[1])[1]).any() for runs in groups.values())
+    ]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    axes[0][0].set_ylabel(f"test {name}")
+    for ax, (scope, key, title) in zip(axes[0], panels):
+        for i, (label, runs) in enumerate(groups.items()):
+            color = f"C{i % 10}"
+            rounds, values = _per_round(runs, scope, key)
+            mean = np.nanmean(values, axis=0)
+            ax.plot(rounds, mean, "o-", ms=2.5, color=color, label=label)
+            if len(runs) >= 2:
+                std = np.nanstd(values, axis=0)
+                ax.fill_between(rounds, mean - std, mean + std, color=color, alpha=0.2, lw=0)
+        ax.set_title(title)
+        _rounds_axis(ax)
+    sizes = sorted({len(runs) for runs in groups.values()})
+    if sizes != [1]:
+        n = "/".join(map(str, sizes))
+        fig.suptitle(f"{name}: mean ± std over {n} seeds", y=1.02)
+    _legend_below(fig, axes[0])
     return save_figure(fig, path)
+
+
+def plot_runs(runs: Sequence[Mapping[str, Any]], labels: Sequence[str], path: Path) -> Path:
+    """Several runs in one figure, one line each (see :func:`plot_groups`)."""
+    return plot_groups({label: [results] for results, label in zip(runs, labels)}, path)
 
 
 def plot_partition(task: Any, infos: Mapping[str, Any], path: Path) -> Path:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fedkit_core.results.plots import _title, plot_run, plot_runs
+from fedkit_core.results.plots import _title, figure_target, plot_run, plot_runs
 from fedkit_core.results.schema import Results
 
 
@@ -35,12 +36,15 @@ def summary_row(results: Results) -> dict[str, Any]:
 def report(
     dirs: Sequence[str | Path], overlay: Path | None = None
 ) -> tuple[list[dict[str, Any]], list[Path]]:
-    """Re-plot every run in its own directory; with several runs, also an overlay figure."""
+    """Re-plot every run in its own directory; with several runs, also an overlay figure
+    (default ``report.png`` in the runs' common folder, never the current one)."""
     runs = [Results.load(d) for d in dirs]
     plots: list[Path] = []
     for directory, results in zip(dirs, runs):
         plots += plot_run(results, Path(directory))
     if len(runs) > 1:
         labels = [f"{_title(r)} ({Path(d).name})" for d, r in zip(dirs, runs)]
-        plots.append(plot_runs(runs, labels, overlay or Path("report.png")))
+        common = Path(os.path.commonpath([os.path.abspath(d) for d in dirs]))
+        target = figure_target(overlay, "report") if overlay else common / "report.png"
+        plots.append(plot_runs(runs, labels, target))
     return [summary_row(r) for r in runs], plots

@@ -1,0 +1,45 @@
+"""Names for readers: metric names in figures and tables, and which model served the clients."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+METRICS = {  # results.json name: (long name for axes, short name for table headers)
+    "bacc": ("balanced accuracy", "bACC"),
+    "bauc": ("balanced AUC (macro one-vs-rest)", "bAUC"),
+    "acc": ("accuracy", "acc"),
+    "f1_macro": ("macro F1", "macro F1"),
+    "dice": ("Dice (foreground mean)", "Dice"),
+    "dice_bg": ("Dice with background", "Dice+bg"),
+    "head_acc": ("head-class accuracy", "head acc"),
+    "medium_acc": ("medium-class accuracy", "medium acc"),
+    "tail_acc": ("tail-class accuracy", "tail acc"),
+}
+
+
+def metric_name(name: str, short: bool = False) -> str:
+    """``bacc`` -> ``balanced accuracy`` (``bACC`` when ``short``); a plugin's summary
+    number ``fca.gs_bacc`` -> ``fca gs bACC``; unknown names are returned as they are."""
+    plugin, _, key = name.rpartition(".")
+    if key in METRICS:
+        text = METRICS[key][short]
+    else:
+        base = next((m for m in METRICS if key.endswith(f"_{m}")), None)
+        text = (
+            key.replace("_", " ")
+            if base is None
+            else f"{key[: -len(base) - 1]} " + (METRICS[base][short])
+        )
+    return f"{plugin} {text}" if plugin else text
+
+
+def client_view(final: Mapping[str, Any]) -> str:
+    """The evaluation view whose models produced ``final["clients"]``: ``global`` when every
+    client was scored with the global model (not personalised), else the personal view's
+    name (``personal`` when the view cannot be told)."""
+    views = final.get("views") or {}
+    for name in ("global", *sorted(v for v in views if v != "global")):
+        if name in views and views[name].get("clients") == final.get("clients"):
+            return name
+    return "global" if not views else "personal"

@@ -1,0 +1,187 @@
+"""Paper-ready output: figures (whole rounds, legends outside, bands over seeds, PNG/PDF/SVG in
+the run or compare folder) and the compare tables (readable headers, booktabs LaTeX)."""
+
+import re
+
+import numpy as np
+import pytest
+import yaml
+from matplotlib.collections import PolyCollection
+
+from fedkit_core.cli import main
+from fedkit_core.results import compare, plots
+from fedkit_core.results.store import write_json
+from fedkit_core.testing import tiny
+
+CLIENTS = ["site0", "site1", "site2"]
+
+
+def fake_results(seed: int, personal: bool = False, rounds: int = 3) -> dict:
+    """A results.json of ``rounds`` evaluated rounds with bACC between 0.4 and 0.8."""
+    rng = np.random.default_rng(seed)
+
+    def scopes(r):
+        clients = {c: {"bacc": 0.4 + 0.06 * r + 0.05 * rng.random()} for c in CLIENTS}
+        values = [m["bacc"] for m in clients.values()]
+        return {
+            "global": {"bacc": float(np.mean(values)) - 0.01},
+            "clients": clients,
+            "clients_mean": {"bacc": float(np.mean(values))},
+            "fairness": {"std": float(np.std(values)), "worst": min(values)},
+        }
+
+    records = [
+        {"round": r, "train": {c: {"loss": 2.0 / r} for c in CLIENTS}, "val": {}, **scopes(r)}
+        for r in range(1, rounds + 1)
+    ]
+    final = {k: records[-1][k] for k in ("global", "clients", "clients_mean", "fairness")}
+    shared = {c: {"bacc": 0.5} for c in CLIENTS}
+    final["views"] = {"global": {"global": final["global"], "clients": shared}}
+    if personal:
+        final["views"]["personal"] = {"global": final["global"], "clients": final["clients"]}
+    else:
+        final["clients"] = shared
+    final |= {"round": rounds, "best": {"global": final["global"]}, "wall_seconds": 1.0}
+    return {
+        "status": "complete",
+        "config": {"name": None, "plugins": ["fca"] if personal else []},
+        "task": {"name": "synthetic", "client_ids": CLIENTS, "main_metric": "bacc"},
+        "rounds": records,
+        "final": final,
+    }
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures saved during a test, drawn, by file name."""
+    saved = {}
+    original = plots.save_figure
+
+    def keep(fig, path):
+        fig.canvas.draw()
+        saved[path.name] = fig
+        return original(fig, path)
+
+    monkeypatch.setattr(plots, "save_figure", keep)
+    return saved
+
+
+def round_ticks(ax):
+    lo, hi = ax.get_xlim()
+    return [t for t in ax.get_xticks() if lo <= t <= hi]
+
+
+def outside(legend, ax):
+    """Whether ``legend`` lies outside the data area of ``ax`` (display coordinates)."""
+    box, area = legend.get_window_extent(), ax.get_window_extent()
+    return not box.overlaps(area)
+
+
+def test_run_figures_are_paper_ready(tmp_path, figures):
+    paths = plots.plot_run(fake_results(0, personal=True), tmp_path)
+    assert [p.name for p in paths] == ["curves.png", "clients.png"]
+    for stem in ("curves", "clients"):
+        for ext in ("png", "pdf", "svg"):
+            assert (tmp_path / f"{stem}.{ext}").stat().st_size > 1000
+
+    curves = figures["curves.png"]
+    for ax in curves.axes:
+        ticks = round_ticks(ax)
+        assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks)
+    (legend,) = curves.legends
+    assert all(outside(legend, ax) for ax in curves.axes)
+    assert curves.axes[0].get_ylabel() == "test balanced accuracy"
+    assert "std" in curves.axes[0].get_title() and "worst" in curves.axes[0].get_title()
+
+    (bars,) = figures["clients.png"].axes
+    values = [p.get_height() for p in bars.patches]
+    low, high = bars.get_ylim()
+    assert 0 < low < min(values) and max(values) < high < 1  # around the data, not 0-1
+    assert "personalised" in bars.get_title() and "std" in bars.get_title()
+    assert outside(bars.get_legend(), bars)
+
+
+def test_compare_figure_draws_a_band_per_runspec_with_two_seeds(tmp_path, figures):
+    groups = {"fedavg": [fake_results(0), fake_results(1)], "fca": [fake_results(2, True)]}
+    plots.plot_groups(groups, tmp_path / "compare.png")
+    fig = figures["compare.png"]
+    assert [ax.get_title() for ax in fig.axes] == [
+        "global model, pooled test",
+        "mean over the clients' tests",
+        "std across clients (lower is fairer)",
+    ]
+    for ax in fig.axes:
+        assert len([c for c in ax.collections if isinstance(c, PolyCollection)]) == 1  # fedavg
+        assert [line.get_label() for line in ax.lines] == ["fedavg", "fca"]
+        assert all(float(t).is_integer() for t in round_ticks(ax))
+    assert all(outside(fig.legends[0], ax) for ax in fig.axes)
+    assert {p.name for p in tmp_path.iterdir()} == {"compare.png", "compare.pdf", "compare.svg"}
+
+
+def test_compare_tables_have_readable_headers_notes_and_the_same_numbers(tmp_path):
+    runs = {
+        "fedavg": [fake_results(0), fake_results(1)],
+        "fca": [fake_results(2, True), fake_results(3, True)],
+    }
+    table = compare.aggregate(runs)
+    compare.write_summary(tmp_path, table, runs, "bacc", [0, 1])
+    md = (tmp_path / "compare.md").read_text()
+    tex = (tmp_path / "compare.tex").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| runspec"))
+    assert "| global bACC | clients mean bACC | fairness std | fairness worst |" in header
+    assert "final." not in md and "final." not in tex
+    assert "fedavg: global model, not personalised" in md
+    assert "fca: personalised (personal view)" in md
+    assert "bACC: balanced accuracy" in md
+    for rule in (r"\toprule", r"\midrule", r"\bottomrule"):
+        assert tex.count(rule) == 1
+    assert "personalised (personal view)" in tex
+    number = re.compile(r"\d+\.\d{4}")
+    md_rows = [line for line in md.splitlines() if line.startswith(("| fedavg", "| fca"))]
+    tex_rows = [line for line in tex.splitlines() if line.startswith(("fedavg &", "fca &"))]
+    assert [number.findall(r) for r in md_rows] == [number.findall(r) for r in tex_rows]
+    assert number.findall(md_rows[0])[0] == f"{table['fedavg']['final.global.bacc']['mean']:.4f}"
+    assert (tmp_path / "compare.pdf").is_file()
+
+
+def test_markdown_table_keeps_its_signature_for_plugins():
+    entry = {"mean": 0.5, "std": 0.25}
+    text = compare.markdown_table({"a_b": {"x": entry}}, ["x"], headers=["G bACC"], digits=2)
+    assert text.splitlines()[0] == "| runspec | G bACC |"
+    assert compare.markdown_table({"a": {"x": entry}}, ["x"], 100.0, 1).endswith("50.0 ± 25.0 |\n")
+
+
+def test_report_overlay_goes_into_the_runs_folder(tmp_path, monkeypatch):
+    for spec, seed in (("fedavg", 0), ("fca", 1)):
+        write_json(tmp_path / "cmp" / spec / "seed0" / "results.json", fake_results(seed))
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "cmp/fedavg/seed0", "cmp/fca/seed0"]) == 0
+    assert {p.name for p in (tmp_path / "cmp").glob("report.*")} == {
+        "report.png",
+        "report.pdf",
+        "report.svg",
+    }
+    assert (tmp_path / "cmp" / "fca" / "seed0" / "curves.svg").is_file()
+    assert not list(tmp_path.glob("*.png"))
+
+
+@pytest.fixture
+def tiny_yaml(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny()))
+    return path
+
+
+def test_data_writes_into_a_new_folder_and_never_over_a_dataset(tmp_path, tiny_yaml, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    dataset = tmp_path / "x.npz"
+    np.savez(dataset, images=np.zeros((2, 4, 4), np.uint8))
+    before = dataset.read_bytes()
+    assert main(["data", "--config", str(tiny_yaml), "-o", str(dataset)]) == 2
+    assert dataset.read_bytes() == before
+
+    assert main(["data", "--config", str(tiny_yaml)]) == 0
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert folder.name.startswith("data-synthetic-")
+    assert {p.name for p in folder.iterdir()} == {"partition.png", "partition.pdf", "partition.svg"}
+    assert not list(tmp_path.glob("*.png"))
