@@ -12,6 +12,7 @@ from fedkit_core.cli.options import (
     ConfigOpt,
     DeviceOpt,
     EngineOpt,
+    LoggerOpt,
     PluginOpt,
     QuietOpt,
     RoundsOpt,
@@ -21,7 +22,7 @@ from fedkit_core.cli.options import (
     console,
     finish,
     layers_of,
-    progress,
+    observe,
 )
 from fedkit_core.config import parse_sets
 
@@ -49,6 +50,7 @@ def run(
         None, "--out", "-o", help="run directory (default runs/<name>-<time>)"
     ),
     quiet: bool = QuietOpt,
+    logger: list[str] = LoggerOpt,
 ) -> None:
     """Run one federation. With no arguments: FedAvg on the built-in synthetic task."""
     from fedkit_core import api
@@ -68,7 +70,7 @@ def run(
     )
     cfg, plugin_set = resolve_config(layers)
     out = out or default_out(cfg)
-    with progress(quiet, "rounds") as observer:
+    with observe(quiet, "rounds", logger, out) as observer:
         results = api.run_resolved(cfg, plugin_set, out=out, observer=observer)
     finish(results, out, quiet)
 
@@ -77,11 +79,12 @@ def run(
 def resume(
     run_dir: Path = typer.Argument(..., help="the run directory to continue"),
     quiet: bool = QuietOpt,
+    logger: list[str] = LoggerOpt,
 ) -> None:
     """Continue an interrupted run from its last completed round."""
     from fedkit_core import api
 
-    with progress(quiet, "rounds") as observer:
+    with observe(quiet, "rounds", logger, run_dir) as observer:
         results = api.resume(run_dir, observer=observer)
     finish(results, run_dir, quiet)
 
@@ -101,6 +104,7 @@ def compare(
     device: str | None = DeviceOpt,
     out: Path = typer.Option(Path("runs/compare"), "--out", "-o", help="output directory"),
     quiet: bool = QuietOpt,
+    logger: list[str] = LoggerOpt,
 ) -> None:
     """Run several methods on the same task, partition and seeds; tabulate mean ± std."""
     from fedkit_core import api
@@ -126,7 +130,7 @@ def compare(
 
     def run_one(layers, path, spec, seed):
         title = f"[{next(counter)}/{total}] {spec} seed {seed}"
-        with progress(quiet, title) as observer:
+        with observe(quiet, title, logger, path) as observer:
             return api.run(layers, out=path, observer=observer, reuse=True)
 
     found = cmp.compare(runspecs, seeds=seed_list, out=out, base=base, sets=sets, run_one=run_one)

@@ -6,13 +6,18 @@ none imports another.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 
 from fedkit_core.config import load_yaml, parse_sets
+
+if TYPE_CHECKING:
+    from fedkit_core.engines.server import Observer
 
 console = Console()
 err_console = Console(stderr=True)
@@ -29,6 +34,9 @@ SeedOpt = typer.Option(None, "--seed", help="random seed")
 EngineOpt = typer.Option(None, "--engine", help="local, flower or an installed engine")
 DeviceOpt = typer.Option(None, "--device", help="auto, cpu, cuda, ...")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="no progress display")
+LoggerOpt = typer.Option(
+    [], "--logger", help="also log to tensorboard, mlflow or wandb (repeatable; docs/tracking.md)"
+)
 
 
 def layers_of(
@@ -67,3 +75,14 @@ def progress(quiet: bool, title: str = ""):
     from fedkit_core.cli.display import RichProgress
 
     return nullcontext(None) if quiet else RichProgress(console, title)
+
+
+@contextmanager
+def observe(quiet: bool, title: str, loggers: list[str], out: Path) -> Iterator[Observer]:
+    """The progress display and a tracker per ``--logger`` of the run in ``out``, as one
+    observer; a tracked run that an error interrupts is closed as failed."""
+    from fedkit_core.tracking import Observers, make_tracker
+
+    with ExitStack() as stack:
+        trackers = [stack.enter_context(make_tracker(name, out)) for name in loggers]
+        yield Observers([stack.enter_context(progress(quiet, title)), *trackers])

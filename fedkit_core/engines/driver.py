@@ -92,8 +92,9 @@ def write_results(
 
 
 def finish_run(server: Server, plugin_set: PluginSet, run_dir: RunDir | None) -> Results:
-    """Write the complete results and their plots."""
+    """Write the complete results and their plots, then tell the observer."""
     results = write_results("complete", server, plugin_set, run_dir)
     if run_dir is not None:
         plot_run(results, run_dir.path)
+    server.observer.on_end(results, run_dir.path if run_dir else None)
     return results

@@ -12,6 +12,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -51,6 +52,9 @@ class Observer:
     def on_phase(self, round: int, phase: str, done: int, total: int) -> None: ...
 
     def on_round_end(self, record: dict[str, Any]) -> None: ...
+
+    def on_end(self, results: Mapping[str, Any], run_dir: Path | None) -> None:
+        """The run is complete and its results and figures are written (to ``run_dir``)."""
 
 
 def lr_at(config: Config, round: int) -> float:
