@@ -36,6 +36,14 @@ BUILTINS = {
     "evaluation": "fedkit_core.builtins.evaluation",
 }
 
+#: Plugins in fedkit's source tree that are packages of their own: name -> folder to install.
+BUNDLED = {
+    "fca": "plugins/fca",
+    "fed-lwr": "plugins/fed-lwr",
+    "fed-mas": "plugins/fed-mas",
+    "fedprox": "examples/plugin-fedprox",
+}
+
 #: The name of the plugin whose hook is running (what ``ctx.options()`` and ``ctx.state``
 #: resolve against), set around every hook call of a registered plugin.
 _CURRENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("fedkit_plugin", default=None)
@@ -146,7 +154,13 @@ class PluginSet:
             if extra and name in extra:
                 continue
             if name not in available:
-                raise unknown("plugin", name, set(available) | {"fedavg"} | set(extra or {}))
+                error = unknown("plugin", name, set(available) | {"fedavg"} | set(extra or {}))
+                if name in BUNDLED:
+                    error = FedkitError(
+                        f"{error}\n{name!r} comes with fedkit as a package of its own; install "
+                        f"it from a fedkit checkout: pip install -e {BUNDLED[name]}"
+                    )
+                raise error
             wanted.append((name, _load(name, available[name]), available[name]))
         wanted += [(name, obj, None) for name, obj in (extra or {}).items()]
         # pluggy calls the last registered first: register in reverse so that hooks run in

@@ -1,8 +1,9 @@
 """Entry point of the ``fedkit`` command: runs the Typer app and turns errors into exit codes.
 
 User errors (:class:`FedkitError`) print one message and exit 2; ``--debug`` anywhere on
-the command line shows the traceback instead. An interrupted run exits 130 and says how to
-resume it. Anything else is a bug: exit 1 with a short message.
+the command line shows the traceback instead. A mistyped command, option or value prints
+click's usage message (the option named, with "did you mean") and exits 2. An interrupted
+run exits 130 and says how to resume it. Anything else is a bug: exit 1 with a short message.
 """
 
 from __future__ import annotations
@@ -10,9 +11,21 @@ from __future__ import annotations
 import sys
 
 import click
+import typer
+
+try:  # typer >= 0.26 ships its own copy of click, whose exceptions are not click's
+    from typer._click.exceptions import ClickException as _TyperClickException
+except ImportError:  # older typer raises click's own exceptions
+    _TyperClickException = click.ClickException
+
+#: Usage errors (unknown command or option, bad or missing value) of either click.
+USAGE_ERRORS = (click.ClickException, _TyperClickException)
+#: Ctrl-C at a prompt, or an explicit abort, of either click.
+ABORTS = (click.exceptions.Abort, typer.Abort)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``fedkit`` with ``argv`` (default: the command line) and return its exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
@@ -22,20 +35,16 @@ def main(argv: list[str] | None = None) -> int:
     from fedkit_core.cli.options import err_console
     from fedkit_core.errors import FedkitError
 
-    command = __import__("typer").main.get_command(app)
+    command = typer.main.get_command(app)
     interrupted = "interrupted: continue the run with `fedkit resume RUN_DIR`"
     try:
         code = command.main(args=args, prog_name="fedkit", standalone_mode=False)
-        if code == 130:  # typer turns Ctrl-C into this return value
-            err_console.print(interrupted)
-            return 130
-        return 0
-    except click.exceptions.Exit as done:
-        return done.exit_code
-    except click.ClickException as err:
+    except USAGE_ERRORS as err:
+        if "Did you mean" in err.message:  # typer < 0.26 added it, click >= 8.2 would again
+            err.possibilities = None
         err.show()
         return 2
-    except click.exceptions.Abort:
+    except ABORTS:
         err_console.print("aborted")
         return 130
     except FedkitError as err:
@@ -58,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
             soft_wrap=True,
         )
         return 1
+    # without standalone mode, click returns the code of an explicit exit (--help: 0;
+    # Ctrl-C during a run: typer's 130) and a command's return value (None) otherwise
+    if code == 130:
+        err_console.print(interrupted)
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

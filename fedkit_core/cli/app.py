@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from fedkit_core.cli import config_cmd
 from fedkit_core.cli.flower import flower_app
 from fedkit_core.cli.options import (
     ClientsOpt,
@@ -52,7 +53,10 @@ def run(
     quiet: bool = QuietOpt,
     logger: list[str] = LoggerOpt,
 ) -> None:
-    """Run one federation. With no arguments: FedAvg on the built-in synthetic task."""
+    """Run one federation. With no arguments: FedAvg on the built-in synthetic task.
+
+    Every config key, with its type and default: `fedkit config [--plugin NAME] [--task NAME]`.
+    """
     from fedkit_core import api
     from fedkit_core.resolve import resolve_config
     from fedkit_core.results.store import default_out
@@ -254,3 +258,6 @@ def data(
     unit = "pixels" if fed.task.kind == "segmentation" else "samples"
     console.print(rows_table(rows, f"{cfg['task.name']}: training {unit} per class and client"))
     console.print(f"heatmap: {plot_partition(fed.task, fed.infos, path)} (.pdf, .svg beside)")
+
+
+app.command()(config_cmd.config)
