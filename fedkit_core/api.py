@@ -73,20 +73,35 @@ def run_resolved(
             return done if done is not None else _continue(run_dir, cfg, plugin_set, observer)
         run_dir.create(cfg.nested())
         run_dir.save_config(cfg.nested())
-        return engine.execute(cfg, plugin_set, run_dir, observer, resume=False)
+        try:
+            return engine.execute(cfg, plugin_set, run_dir, observer, resume=False)
+        except BaseException:
+            run_dir.discard_config()
+            raise
 
 
 def resume(
-    out: str | Path, *, plugins: Mapping[str, Any] | None = None, observer: Observer | None = None
+    out: str | Path,
+    *,
+    plugins: Mapping[str, Any] | None = None,
+    observer: Observer | None = None,
+    accept_edits: bool = False,
 ) -> Results:
     """Continue the run in ``out`` from its last completed round (same final results as an
     uninterrupted run), on the engine it was started on. A complete run is returned as it is;
-    a run another live process is writing is refused."""
+    a run another live process is writing is refused.
+
+    A ``config.yaml`` edited since the run started (its hash no longer matches
+    ``config.sha256``) is refused, as the rounds run so far used the old values; with
+    ``accept_edits`` the run continues with the edited config and the change is recorded in
+    ``config-edits.log``.
+    """
     run_dir = RunDir(out)
     saved = run_dir.load_config()
     with run_dir.lock():
         if (done := _complete(run_dir)) is not None:
             return done
+        run_dir.check_edits(accept_edits)
         cfg, plugin_set = resolve_config(saved, plugins)
         return _continue(run_dir, cfg, plugin_set, observer or Observer())
 

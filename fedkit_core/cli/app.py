@@ -84,12 +84,18 @@ def resume(
     run_dir: Path = typer.Argument(..., help="the run directory to continue"),
     quiet: bool = QuietOpt,
     logger: list[str] = LoggerOpt,
+    accept_edits: bool = typer.Option(
+        False,
+        "--accept-edits",
+        help="continue although config.yaml was edited since the start (recorded in "
+        "config-edits.log)",
+    ),
 ) -> None:
     """Continue an interrupted run from its last completed round."""
     from fedkit_core import api
 
     with observe(quiet, "rounds", logger, run_dir) as observer:
-        results = api.resume(run_dir, observer=observer)
+        results = api.resume(run_dir, observer=observer, accept_edits=accept_edits)
     finish(results, run_dir, quiet)
 
 
@@ -242,8 +248,9 @@ def data(
     from fedkit_core.results.store import default_out
 
     cfg, plugin_set = resolve_config(layers_of(config, [], task, set_, clients=clients, seed=seed))
-    path = figure_target(out or default_out({"name": f"data-{cfg['task.name']}"}), "partition")
+    target = figure_target(out, "partition") if out else None  # checked before loading data
     fed = prepare(cfg, plugin_set)
+    path = target or figure_target(default_out({"name": f"data-{cfg['task.name']}"}), "partition")
     names = fed.task.class_names
     rows = [
         {

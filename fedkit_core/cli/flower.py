@@ -129,7 +129,7 @@ def submit(
     layers = layers_of(config, plugin, task, set_, rounds=rounds, clients=clients, seed=seed)
     layers.append({"engine": "flower", "flower.nodes": nodes})
     cfg, _ = resolve_config(layers)
-    out = (out or default_out(cfg)).resolve()
+    out = (out or default_out(cfg, create=False)).resolve()
     echo = (lambda _: None) if quiet else console.print
     submit_run(cfg, out, superlink, _tls(insecure, ca_cert), wait=wait, echo=echo)
     run_dir = RunDir(out)

@@ -34,7 +34,7 @@ def _umask() -> int:
 _MODE = 0o666 & ~_umask()
 
 
-def _atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+def _atomic(path: Path, write: Callable[[IO[bytes]], None], mode: int = _MODE) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -42,7 +42,7 @@ def _atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, _MODE)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -63,10 +63,11 @@ def write_json(path: Path, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=False, default=_jsonable) + "\n")
 
 
-def write_torch(path: Path, obj: Any) -> None:
+def write_torch(path: Path, obj: Any, mode: int = _MODE) -> None:
+    """Save ``obj`` atomically; ``mode``: the file's permission bits (default as open())."""
     import torch
 
-    _atomic(Path(path), lambda fh: torch.save(obj, fh))
+    _atomic(Path(path), lambda fh: torch.save(obj, fh), mode)
 
 
 def _jsonable(value: Any) -> Any:
@@ -130,12 +131,14 @@ class RunDir:
     results = property(lambda self: self.path / "results.json")
     metrics_csv = property(lambda self: self.path / "metrics.csv")
     checkpoint = property(lambda self: self.path / "checkpoint")
+    edits_log = property(lambda self: self.path / "config-edits.log")
 
     def is_run(self) -> bool:
         return self.config.is_file()
 
     def create(self, nested: Mapping[str, Any]) -> None:
-        """Make the folder of a new run of config ``nested``; refuse one that holds a run."""
+        """Make the folder of a new run of config ``nested``; refuse one that holds a run,
+        and a folder that holds anything but a run (the user's files are never overwritten)."""
         self._mkdir()
         if self.is_run():
             self.require_config(nested)
@@ -143,6 +146,20 @@ class RunDir:
                 f"{self.path} already holds a run of this config: continue it with "
                 f"`fedkit resume {self.path}`, or choose another --out"
             )
+        foreign = sorted(p.name for p in self.path.iterdir() if not _ours(p))
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            raise FedkitError(
+                f"--out {self.path} is a folder that is not a fedkit run and holds {shown}; "
+                "nothing in it is overwritten: choose a new or empty folder"
+            )
+
+    def discard_config(self) -> None:
+        """Forget the config of a run that failed before its first results (bad data, a
+        model that does not build), so that the corrected config can be run here again."""
+        if not self.results.exists():
+            self.config.unlink(missing_ok=True)
+            self.config_sha256.unlink(missing_ok=True)
 
     def _mkdir(self) -> None:
         if self.path.exists() and not self.path.is_dir():
@@ -173,6 +190,31 @@ class RunDir:
             f"reused nor overwritten: choose another --out, or delete {self.path} to run it again"
         )
 
+    def check_edits(self, accept: bool) -> None:
+        """Refuse a ``config.yaml`` edited since the run started, naming the changed keys,
+        unless ``accept`` or the only edit is more ``rounds`` (a run extended); an accepted
+        edit is recorded in ``config-edits.log`` and the new config is taken."""
+        nested = self.load_config()
+        if not self.config_sha256.is_file() or self.config_hash() == config_hash(nested):
+            return
+        before = self.load_results().get("config") if self.results.is_file() else None
+        old, new = _flat(before if isinstance(before, dict) else {}), _flat(nested)
+        changed = sorted(k for k in old.keys() | new.keys() if old.get(k, "-") != new.get(k, "-"))
+        changes = "; ".join(config_diff(old, new)) or "config.yaml differs from config.sha256"
+        rounds = [old.get("rounds"), new.get("rounds")]
+        extended = changed == ["rounds"] and all(isinstance(r, int) for r in rounds)
+        if not (accept or before is None or (extended and rounds[1] > rounds[0])):
+            raise FedkitError(
+                f"{self.config} was edited after the run started ({changes}); the rounds so "
+                "far ran with the old values, so it is not resumed: undo the edit, start a new "
+                "run with the new config, or resume with --accept-edits to continue with it "
+                "(recorded in config-edits.log)"
+            )
+        line = f"{datetime.now():%Y-%m-%d %H:%M:%S} resumed with an edited config: {changes}\n"
+        log = self.edits_log.read_text() if self.edits_log.is_file() else ""
+        write_text(self.edits_log, log + line)
+        write_text(self.config_sha256, config_hash(nested) + "\n")
+
     @contextmanager
     def lock(self) -> Iterator[None]:
         """Hold ``run.lock`` (pid, host, start time) while writing the run; exit 2 when a live
@@ -184,11 +226,21 @@ class RunDir:
             self._break_stale()
             if not self._claim(mine):
                 self._refuse(self._holder())
+        self._remove_orphans()
         try:
             yield
         finally:
             if self._holder() == mine:
                 self.lock_file.unlink(missing_ok=True)
+
+    def _remove_orphans(self) -> None:
+        """Delete the temporary files (``.NAME.XXXX.tmp``) of writers killed mid-write: with
+        run.lock held, no other process writes this run."""
+        for top, _, files in os.walk(self.path):  # symbolic links are not followed
+            for name in files:
+                # a lock claim's file is another process's, about to be linked
+                if _ours(Path(name)) and not name.startswith((".run.lock", "run.lock")):
+                    Path(top, name).unlink(missing_ok=True)
 
     def _claim(self, mine: Mapping[str, Any]) -> bool:
         """Create run.lock with its content in one step (link of a complete temporary file)."""
@@ -249,12 +301,28 @@ class RunDir:
             raise FedkitError(f"{self.results} is corrupt: {err}") from None
 
 
-def default_out(config: Mapping[str, Any]) -> Path:
-    """A new run directory for ``config``: ``runs/<name or plugins-task>-<time>``."""
+def _ours(path: Path) -> bool:
+    """A file a run may hold before its config: its lock, or a temporary file."""
+    return path.name == "run.lock" or (path.name.startswith(".") and path.name.endswith(".tmp"))
+
+
+def default_out(config: Mapping[str, Any], create: bool = True) -> Path:
+    """A new run directory for ``config``: ``runs/<name or plugins-task>-<time>[-n]``.
+
+    With ``create`` the folder is made here, atomically, so that two runs started in the
+    same second never share one; without (a folder on another machine), it is only named.
+    """
     label = config["name"] or "+".join(config["plugins"] or ["fedavg"]) + "-" + config["task.name"]
     base = Path("runs") / f"{label}-{datetime.now():%Y%m%d-%H%M%S}"
     path, n = base, 1
-    while path.exists():
+    while True:
+        if create:
+            try:
+                path.mkdir(parents=True)
+                return path
+            except FileExistsError:
+                pass
+        elif not path.exists():
+            return path
         n += 1
         path = base.with_name(f"{base.name}-{n}")
-    return path

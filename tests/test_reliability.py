@@ -1,0 +1,100 @@
+"""Reliability (issue 18): a run never overwrites what is not its own, a failed run does not
+block its rerun, an edited config is not silently resumed, concurrent default run folders
+never collide, and temporary files of killed writers are removed."""
+
+import json
+import threading
+
+import pytest
+import yaml
+
+from fedkit_core import FedkitError, resume, run
+from fedkit_core.results.store import RunDir, default_out
+from fedkit_core.testing import tiny
+
+
+def test_run_out_refuses_a_folder_that_is_not_a_run(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "results.json").write_text('{"my": "results"}')
+    (mine / "notes.txt").write_text("keep")
+    with pytest.raises(FedkitError, match="not a fedkit run and holds notes.txt, results.json"):
+        run(tiny(rounds=1), out=mine)
+    assert (mine / "results.json").read_text() == '{"my": "results"}'
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt", "results.json"]
+
+
+def test_an_empty_folder_is_a_fine_run_folder(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert run(tiny(rounds=1), out=tmp_path / "empty").final
+
+
+def test_a_run_failing_before_its_first_round_does_not_block_its_rerun(tmp_path):
+    out = tmp_path / "r"
+    bad = tiny(rounds=1, task={"name": "npz", "path": str(tmp_path / "absent.npz")})
+    with pytest.raises(FedkitError):
+        run(bad, out=out)
+    assert not RunDir(out).is_run()  # no config.yaml left to claim the folder
+    assert run(tiny(rounds=1), out=out).final
+
+
+@pytest.fixture
+def unfinished(tmp_path):
+    """A checkpointed run of 1 round, marked as interrupted after it."""
+    out = tmp_path / "run"
+    run(tiny(rounds=1, checkpoint=True), out=out)
+    results = json.loads((out / "results.json").read_text())
+    (out / "results.json").write_text(json.dumps({**results, "status": "running"}))
+    return out
+
+
+def _edit(out, **values):
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    config.update(values)
+    (out / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+def test_resume_refuses_an_edited_config_naming_the_change(unfinished):
+    _edit(unfinished, lr=0.5, plugins=["fedprox"])
+    with pytest.raises(FedkitError, match=r"edited after the run started \(lr: 0.001 -> 0.5; "):
+        resume(unfinished)
+    with pytest.raises(FedkitError, match=r"plugins: \[\] -> \['fedprox'\]"):
+        resume(unfinished)
+
+
+def test_resume_accepts_an_edit_when_told_and_records_it(unfinished):
+    _edit(unfinished, lr=0.5)
+    assert resume(unfinished, accept_edits=True)["config"]["lr"] == 0.5
+    assert "lr: 0.001 -> 0.5" in (unfinished / "config-edits.log").read_text()
+
+
+def test_more_rounds_extend_a_run_without_a_flag(unfinished):
+    _edit(unfinished, rounds=2)
+    assert len(resume(unfinished).rounds) == 2
+    assert "rounds: 1 -> 2" in (unfinished / "config-edits.log").read_text()
+
+
+def test_default_run_folders_never_collide(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = {"name": "same", "plugins": [], "task.name": "synthetic"}
+    made, start = [], threading.Barrier(8)
+
+    def name():
+        start.wait()
+        made.append(default_out(config))
+
+    threads = [threading.Thread(target=name) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(made)) == 8 and all(p.is_dir() for p in made)
+
+
+def test_a_killed_writers_temporary_files_are_removed(unfinished):
+    orphans = [unfinished / ".results.json.x1.tmp", unfinished / "checkpoint" / ".s.pt.x2.tmp"]
+    for orphan in orphans:
+        orphan.write_bytes(b"half")
+    (unfinished / "keep.tmp").write_text("the user's")
+    resume(unfinished)
+    assert not any(o.exists() for o in orphans) and (unfinished / "keep.tmp").is_file()
