@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from fedkit_core.errors import FedkitError, unknown
-from fedkit_core.options import Option
+from fedkit_core.options import Option, short_repr
 
 CORE_OPTIONS: tuple[Option, ...] = (
     Option("name", str, None, "label of the run (default: built from plugins and task)"),
@@ -153,20 +153,66 @@ class Config(Mapping[str, Any]):
         return out
 
 
+#: the most values (aliases expanded) and the deepest nesting a config may hold: far above
+#: any real config, far below what would exhaust memory (a YAML "billion laughs")
+MAX_VALUES = 100_000
+MAX_DEPTH = 32
+#: the largest config file read, in bytes
+MAX_BYTES = 1_000_000
+
+
+def safe_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load(text)``, refusing configs that expand to more than
+    :data:`MAX_VALUES` values, nest deeper than :data:`MAX_DEPTH` or hold integers too long
+    to read; ``where`` names the source in messages."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise FedkitError(f"{where} is not valid YAML{line}: {problem[:200]}") from None
+    except RecursionError:
+        raise FedkitError(f"{where} nests deeper than {MAX_DEPTH} levels") from None
+    except ValueError as err:  # an integer of thousands of digits
+        raise FedkitError(f"{where} holds a value fedkit cannot read: {str(err)[:200]}") from None
+    _check_size(data, where)
+    return data
+
+
+def _check_size(data: Any, where: str) -> None:
+    """Count the values of ``data`` as if its aliases were copied, stopping at the limits
+    (shared or even self-referencing lists stop there too, without being expanded)."""
+    count, stack = 0, [(data, 0)]
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise FedkitError(
+                f"{where} expands to more than {MAX_VALUES} values (YAML aliases repeating "
+                "other values?); a config is a few dozen keys"
+            )
+        if depth > MAX_DEPTH:
+            raise FedkitError(f"{where} nests deeper than {MAX_DEPTH} levels")
+        children = node.values() if isinstance(node, dict) else node
+        if isinstance(node, (dict, list)):
+            stack.extend((child, depth + 1) for child in children)
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML config file, turning every problem into a FedkitError."""
     path = Path(path)
-    if not path.is_file():
+    if not path.is_file():  # a folder, a FIFO or a device is no config file either
         raise FedkitError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if path.stat().st_size > MAX_BYTES:
+            raise FedkitError(f"config file {path} is over {MAX_BYTES // 1000} kB; is it a config?")
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise FedkitError(f"config file {path} is not UTF-8 text ({err.reason})") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise FedkitError(f"config file {path} is not valid YAML{where}: {problem}") from None
+    except OSError as err:
+        raise FedkitError(f"config file {path} cannot be read: {err.strerror or err}") from None
+    data = safe_yaml(text, f"config file {path}")
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -177,18 +223,36 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def parse_sets(pairs: Iterable[str]) -> dict[str, Any]:
-    """Parse ``key=value`` pairs; values are read as YAML scalars/lists (``[1,2]``, ``true``)."""
+    """Parse ``key=value`` pairs; values are read as YAML scalars/lists (``[1,2]``, ``true``).
+
+    A value is never cut short by a YAML comment: ``name=a #b`` sets ``a #b``.
+    """
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise FedkitError(f"--set expects key=value, got {pair!r}")
+            raise FedkitError(f"--set expects key=value, got {short_repr(pair)}")
+        where = f"--set {short_repr(key)}"
         try:
-            out[key] = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
-            out[key] = raw
+            value = safe_yaml(raw, where) if raw.strip() else None
+        except FedkitError as err:
+            if "not valid YAML" not in str(err):
+                raise
+            value = raw
+        if " #" in raw and not isinstance(value, (dict, list)) and _commented(raw, value):
+            value = raw.strip()  # YAML dropped " #..." as a comment: keep the text whole
+        out[key] = value
     return out
+
+
+def _commented(raw: str, value: Any) -> bool:
+    """Whether YAML read ``raw`` as ``value`` by dropping a ``" #..."`` comment."""
+    before = raw.split(" #", 1)[0]
+    try:
+        return value == (yaml.safe_load(before) if before.strip() else None)
+    except yaml.YAMLError:
+        return False
 
 
 def peek(layers: Sequence[Mapping[str, Any]], key: str, default: Any = None) -> Any:

@@ -42,7 +42,8 @@ class ClientFailure(FedkitError):
 def unknown(kind: str, name: str, valid: Iterable[str]) -> FedkitError:
     """An error for an unknown name, with close matches and the list of valid ones."""
     valid = sorted(valid)
-    close = difflib.get_close_matches(name, valid, n=3, cutoff=0.6)
+    close = difflib.get_close_matches(name, valid, n=3, cutoff=0.6) if len(name) < 100 else []
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     listing = ", ".join(valid) if valid else "(none)"
-    return FedkitError(f"unknown {kind} {name!r}.{hint} Valid {kind}s: {listing}")
+    shown = repr(name if len(name) <= 80 else name[:80] + "...")
+    return FedkitError(f"unknown {kind} {shown}.{hint} Valid {kind}s: {listing}")

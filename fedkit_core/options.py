@@ -79,14 +79,14 @@ class Option:
             result = [_coerce_scalar(v, item, key) for v in value]
         elif self.type == "dict":
             if not isinstance(value, dict):
-                raise FedkitError(f"config key {key!r} must be a mapping, got {value!r}")
+                raise FedkitError(f"config key {key!r} must be a mapping, got {short_repr(value)}")
             result = dict(value)
         else:
             result = _coerce_scalar(value, _SCALARS[self.type], key)
         if self.choices is not None and result not in self.choices:
             raise FedkitError(
                 f"config key {key!r} must be one of {', '.join(map(str, self.choices))}; "
-                f"got {result!r}"
+                f"got {short_repr(result)}"
             )
         if self.min is not None or self.max is not None:
             for number in result if isinstance(result, list) else (result,):
@@ -108,8 +108,25 @@ def _number(value: float) -> str:
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
+#: the largest integer a config key may hold (a 64-bit integer, as torch and numpy need)
+MAX_INT = 2**63 - 1
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters: messages quote input, never pages of it."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _coerce_scalar(value: Any, kind: type, key: str) -> Any:
-    bad = FedkitError(f"config key {key!r} expects {kind.__name__}, got {value!r}")
+    result = _scalar(value, kind, key)
+    if kind is int and abs(result) > MAX_INT:
+        raise FedkitError(f"config key {key!r} is out of range: {short_repr(result)}")
+    return result
+
+
+def _scalar(value: Any, kind: type, key: str) -> Any:
+    bad = FedkitError(f"config key {key!r} expects {kind.__name__}, got {short_repr(value)}")
     if kind is bool:
         if isinstance(value, bool):
             return value

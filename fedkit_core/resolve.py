@@ -95,6 +95,9 @@ def _fill_auto(values: dict[str, Any], spec: TaskSpec) -> dict[str, Any]:
     return values
 
 
+#: the largest ``task.image_size``: a 3-channel float image of this side is 200 MB
+MAX_IMAGE_SIZE = 4096
+
 #: (keys, test, what the values must be) for the core's numeric keys; None is always allowed
 _RANGES: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...] = (
     (
@@ -102,8 +105,12 @@ _RANGES: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...] = (
         lambda v: v >= 1,
         "at least 1",
     ),
-    (("task.image_size",), lambda v: v >= 1, "at least 1 (or null: no resizing)"),
-    (("seed",), lambda v: v >= 0, "0 or more"),
+    (
+        ("task.image_size",),
+        lambda v: 1 <= v <= MAX_IMAGE_SIZE,
+        f"in [1, {MAX_IMAGE_SIZE}] (or null: no resizing)",
+    ),
+    (("seed", "min_clients", "partition.min_size"), lambda v: v >= 0, "0 or more"),
     (("lr", "partition.alpha"), lambda v: v > 0, "above 0"),
     (("partition.alphas", "partition.fractions"), lambda v: all(x > 0 for x in v), "all above 0"),
     (("sample_fraction",), lambda v: 0 < v <= 1, "in (0, 1]"),

@@ -3,7 +3,9 @@
 User errors (:class:`FedkitError`) print one message and exit 2; ``--debug`` anywhere on
 the command line shows the traceback instead. A mistyped command, option or value prints
 click's usage message (the option named, with "did you mean") and exits 2. An interrupted
-run exits 130 and says how to resume it. Anything else is a bug: exit 1 with a short message.
+run exits 130 and says how to resume it. An operating system error (a read-only folder, a full
+disk) is the machine's, not a bug: its message and exit 2. Anything else is a bug: exit 1
+with a short message.
 """
 
 from __future__ import annotations
@@ -55,6 +57,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err_console.print(interrupted)
         return 130
+    except OSError as err:  # read-only folder, full disk, missing permission: not a bug
+        if debug:
+            raise
+        where = f": {err.filename}" if err.filename else ""
+        err_console.print(
+            Text.assemble(("error: ", "bold red"), f"{err.strerror or err}{where}"),
+            soft_wrap=True,
+        )
+        return 2
     except Exception as err:
         if debug:
             raise

@@ -105,7 +105,9 @@ def supernode(
 @flower_app.command()
 def submit(
     superlink: str = SuperlinkOpt,
-    nodes: int = typer.Option(..., "--nodes", help="SuperNodes to wait for (one per client)"),
+    nodes: int = typer.Option(
+        ..., "--nodes", min=1, help="SuperNodes to wait for (one per client)"
+    ),
     plugin: list[str] = PluginOpt,
     task: str | None = TaskOpt,
     config: Path | None = ConfigOpt,

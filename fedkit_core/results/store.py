@@ -7,6 +7,7 @@ writes it so that two processes never write one run.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -20,6 +21,7 @@ from typing import IO, Any
 
 import yaml
 
+from fedkit_core.config import safe_yaml
 from fedkit_core.errors import FedkitError
 
 
@@ -67,7 +69,12 @@ def write_torch(path: Path, obj: Any, mode: int = _MODE) -> None:
     """Save ``obj`` atomically; ``mode``: the file's permission bits (default as open())."""
     import torch
 
-    _atomic(Path(path), lambda fh: torch.save(obj, fh), mode)
+    try:
+        _atomic(Path(path), lambda fh: torch.save(obj, fh), mode)
+    except RuntimeError as err:  # torch's writer reports a full disk as a RuntimeError
+        raise OSError(
+            errno.EIO, f"could not write ({str(err)[:200]}); is the disk full?", str(path)
+        ) from err
 
 
 def _jsonable(value: Any) -> Any:
@@ -286,8 +293,9 @@ class RunDir:
         if not self.is_run():
             raise FedkitError(f"{self.path} is not a fedkit run directory (no config.yaml)")
         try:
-            return _mapping(yaml.safe_load(self.config.read_text()) or {}, self.config)
-        except (yaml.YAMLError, UnicodeDecodeError) as err:
+            text = self.config.read_text()
+            return _mapping(safe_yaml(text, str(self.config)) or {}, self.config)
+        except UnicodeDecodeError as err:
             raise FedkitError(f"{self.config} is corrupt: {err}") from None
 
     def load_results(self) -> dict[str, Any]:

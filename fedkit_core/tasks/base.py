@@ -14,9 +14,26 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedkit_core.errors import FedkitError
+
 CLASSIFICATION = "classification"
 SEGMENTATION = "segmentation"
 SPLITS = ("train", "val", "test")
+
+#: the most classes a task may have: a stray label of 10**9 is an error, not gigabytes of
+#: per-class counts
+MAX_CLASSES = 10_000
+
+
+def classes_up_to(top: int, where: str) -> int:
+    """The number of classes of labels ``0 .. top``, refused above :data:`MAX_CLASSES`."""
+    if top >= MAX_CLASSES:
+        raise FedkitError(
+            f"{where}: the largest label is {top}, i.e. {top + 1} classes; fedkit supports up to "
+            f"{MAX_CLASSES} (labels are class numbers 0, 1, ...; masks hold class numbers, "
+            "not grey levels)"
+        )
+    return top + 1
 
 
 def compact_targets(targets: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from fedkit_core.config import Config
 from fedkit_core.errors import FedkitError
-from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION, Split, TaskData
+from fedkit_core.tasks.base import CLASSIFICATION, MAX_CLASSES, SEGMENTATION, Split, TaskData
 from fedkit_core.tasks.normalize import fit_normalizer
 from fedkit_core.tasks.registry import get_task
 
@@ -31,6 +31,8 @@ def load_task(config: Config) -> TaskData:
 def _validate(name: str, data: TaskData) -> None:
     if data.kind not in (CLASSIFICATION, SEGMENTATION):
         raise FedkitError(f"task {name!r}: unknown kind {data.kind!r}")
+    if data.num_classes > MAX_CLASSES:
+        raise FedkitError(f"task {name!r}: {data.num_classes} classes, over {MAX_CLASSES}")
     if data.num_classes < 2:
         raise FedkitError(f"task {name!r}: needs at least two classes, found {data.num_classes}")
     if not data.sites:

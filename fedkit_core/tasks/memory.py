@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from fedkit_core.errors import FedkitError
-from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION, Split, TaskData
+from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION, Split, TaskData, classes_up_to
 from fedkit_core.tasks.registry import register_task
 from fedkit_core.tasks.spec import TaskSpec
 
@@ -96,4 +96,4 @@ def _split(data: SplitLike, kind: str, where: str) -> Split:
 
 def _default_names(sites: Mapping[str, Mapping[str, Split]]) -> list[str]:
     top = max(int(s.targets.max()) for splits in sites.values() for s in splits.values() if len(s))
-    return [f"class{c}" for c in range(max(2, top + 1))]
+    return [f"class{c}" for c in range(max(2, classes_up_to(top, "the task's labels")))]

@@ -20,7 +20,14 @@ import torch
 from fedkit_core.config import Config
 from fedkit_core.errors import FedkitError
 from fedkit_core.tasks import fakes
-from fedkit_core.tasks.base import CLASSIFICATION, SPLITS, Split, TaskData
+from fedkit_core.tasks.base import (
+    CLASSIFICATION,
+    MAX_CLASSES,
+    SPLITS,
+    Split,
+    TaskData,
+    classes_up_to,
+)
 from fedkit_core.tasks.spec import TaskSpec
 
 LAYOUT = (
@@ -81,6 +88,12 @@ def channels_first(images: np.ndarray, path: Path, key: str) -> torch.Tensor:
     """(N, H, W) or (N, H, W, C) uint8 -> (N, C, H, W) uint8 tensor."""
     if images.ndim == 3:
         images = images[:, None]
+    elif images.ndim == 4 and images.shape[3] not in (1, 2, 3, 4):
+        raise FedkitError(
+            f"{path}: {key} has shape {images.shape}, read as (N,H,W,C) that is "
+            f"{images.shape[3]} channels: a 3-D volume (N,D,H,W)? fedkit reads 2-D images; "
+            "store the volumes' slices as images (N*D,H,W)"
+        )
     elif images.ndim == 4:
         images = images.transpose(0, 3, 1, 2)
     else:
@@ -108,7 +121,7 @@ def integer_labels(values: np.ndarray, path: Path, key: str) -> torch.Tensor:
 
 def class_names(arrays: dict[str, np.ndarray], num_classes: int, fallback: list[str]) -> list[str]:
     if "classes" in arrays:
-        names = [str(c) for c in arrays["classes"].tolist()]
+        names = [str(c) for c in arrays["classes"][:MAX_CLASSES].tolist()]
         if len(names) >= num_classes:
             return names
     return fallback
@@ -145,7 +158,7 @@ def classification_arrays(arrays: dict[str, np.ndarray], path: Path) -> TaskData
     shapes = {tuple(s.images.shape[1:]) for s in splits.values()}
     if len(shapes) > 1:
         raise FedkitError(f"{path}: the splits' images differ in shape (C,H,W): {sorted(shapes)}")
-    num_classes = int(max(int(s.targets.max()) for s in splits.values())) + 1
+    num_classes = classes_up_to(max(int(s.targets.max()) for s in splits.values()), str(path))
     names = class_names(arrays, num_classes, [f"class{c}" for c in range(num_classes)])
     return TaskData(kind=CLASSIFICATION, class_names=names, sites={"all": splits}, has_sites=False)
 

@@ -16,7 +16,7 @@ import torch
 from fedkit_core.config import Config
 from fedkit_core.errors import FedkitError
 from fedkit_core.tasks import fakes, npz
-from fedkit_core.tasks.base import SEGMENTATION, SPLITS, Split, TaskData
+from fedkit_core.tasks.base import SEGMENTATION, SPLITS, Split, TaskData, classes_up_to
 from fedkit_core.tasks.spec import SEGMENTATION_DEFAULTS, TaskSpec
 
 LAYOUT = (
@@ -62,7 +62,7 @@ def load(config: Config) -> TaskData:
             f"{path}: masks hold the values {values}, grey levels rather than class labels; "
             "store labels 0, 1, ... (e.g. masks // 255 for binary masks)"
         )
-    num_classes = max(2, values[-1] + 1)
+    num_classes = max(2, classes_up_to(values[-1], str(path)))
     sites: dict[str, dict[str, Split]] = {}
     for name in dict.fromkeys(site.astype(str).tolist()):
         in_site = site.astype(str) == name

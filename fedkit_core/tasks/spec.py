@@ -103,6 +103,8 @@ class TaskSpec:
         root = Path(path)
         if not root.exists():
             return "missing"
+        if not (root.is_dir() or root.is_file()):
+            return "not a file"
         markers = self.markers if root.is_dir() else ()
         if markers and not any(next(root.glob(pattern), None) for pattern in markers):
             return "not in layout"
@@ -121,6 +123,8 @@ class TaskSpec:
     def missing_data_error(self, path: str | None) -> FedkitError:
         if not path:
             what = "task.path is not set"
+        elif Path(path).exists() and not (Path(path).is_dir() or Path(path).is_file()):
+            what = f"task.path={path} is neither a file nor a folder (a FIFO, socket or device)"
         elif Path(path).exists():
             what = f"task.path={path} holds no data in the expected layout"
         else:

@@ -38,22 +38,24 @@ OPTIONS = (
         "(ClientApps run one at a time in this process; no Ray needed)",
         choices=("ray", "thread"),
     ),
-    Option("client_cpus", float, 1.0, "CPUs reserved per ClientApp (ray backend)"),
-    Option("client_gpus", float, 0.0, "GPUs reserved per ClientApp (ray backend)"),
+    Option("client_cpus", float, 1.0, "CPUs reserved per ClientApp (ray backend)", min=0),
+    Option("client_gpus", float, 0.0, "GPUs reserved per ClientApp (ray backend)", min=0),
     Option(
         "nodes",
         int,
         None,
         "SuperNodes to wait for before the first round (default: one per client in "
         "simulation; required for a deployment)",
+        min=1,
     ),
-    Option("wait", float, 300.0, "seconds to wait for the SuperNodes to connect"),
+    Option("wait", float, 300.0, "seconds to wait for the SuperNodes to connect", min=0),
     Option(
         "timeout",
         float,
         None,
         "seconds to wait for the replies to one message; a client that has not replied by "
         "then counts as failed (default: wait until every node replies or is reported gone)",
+        min=0.001,
     ),
 )
 
