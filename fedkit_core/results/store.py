@@ -33,10 +33,10 @@ def _umask() -> int:
 
 #: permission bits of written files: 0666 less the umask, as open() would give (mkstemp's
 #: temporary file is 0600, which would hide shared caches and results from colleagues)
-_MODE = 0o666 & ~_umask()
+FILE_MODE = 0o666 & ~_umask()
 
 
-def _atomic(path: Path, write: Callable[[IO[bytes]], None], mode: int = _MODE) -> None:
+def _atomic(path: Path, write: Callable[[IO[bytes]], None], mode: int = FILE_MODE) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -65,7 +65,7 @@ def write_json(path: Path, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=False, default=_jsonable) + "\n")
 
 
-def write_torch(path: Path, obj: Any, mode: int = _MODE) -> None:
+def write_torch(path: Path, obj: Any, mode: int = FILE_MODE) -> None:
     """Save ``obj`` atomically; ``mode``: the file's permission bits (default as open())."""
     import torch
 

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from fedkit_core.options import Option
-from fedkit_core.results.store import write_torch
+from fedkit_core.results.store import FILE_MODE, write_torch
 from fedkit_core.tasks.base import Normalizer, Split, TaskData
 from fedkit_core.tasks.files import warn
 from fedkit_core.tasks.normalize import fit_normalizer
@@ -112,8 +112,19 @@ def cached(
     data = build()
     if data.normalizer is None:
         data.normalizer = fit_normalizer(data)
-    _write(name, cache_dirs(root, where), data)
+    _write(name, cache_dirs(root, where), data, _mode_of(root))
     return data
+
+
+def _mode_of(root: Path) -> int:
+    """Permission bits of a cache entry of the data in ``root``: what a file gets (the umask
+    applied), less what the data denies: a data folder only its owner may read gives an
+    entry only its owner may read, so the cache never shares what the data keeps private."""
+    try:
+        source = stat.S_IMODE(root.stat().st_mode)
+    except OSError:
+        source = 0o600
+    return FILE_MODE & source & 0o666
 
 
 def _read(entry: Path) -> TaskData | None:
@@ -137,7 +148,7 @@ def _read(entry: Path) -> TaskData | None:
     )
 
 
-def _write(name: str, folders: list[Path], data: TaskData) -> None:
+def _write(name: str, folders: list[Path], data: TaskData, mode: int) -> None:
     meta = {
         "kind": data.kind,
         "class_names": list(data.class_names),
@@ -159,7 +170,7 @@ def _write(name: str, folders: list[Path], data: TaskData) -> None:
     errors = []
     for folder in folders:
         try:
-            write_torch(folder / name, payload)
+            write_torch(folder / name, payload, mode)
             return
         except (OSError, RuntimeError) as err:  # read-only folder, full disk (torch raises
             # RuntimeError there): fall back to the user cache, else run without caching

@@ -112,7 +112,7 @@ def test_user_cache_dir_follows_the_environment(monkeypatch, tmp_path):
 
 
 def test_a_failing_cache_write_warns_and_the_run_goes_on(data_dir, monkeypatch):
-    def full_disk(path, obj):  # what torch.save raises when the disk fills up
+    def full_disk(path, obj, mode):  # what torch.save raises when the disk fills up
         raise RuntimeError("[enforce fail at inline_container.cc] . unexpected pos 64")
 
     monkeypatch.setattr(cache, "write_torch", full_disk)
@@ -131,3 +131,13 @@ def test_cache_entries_are_readable_by_the_group(data_dir):
         os.umask(old)
     (entry,) = (data_dir / cache.DATA_CACHE_DIR).glob("t-*.pt")
     assert entry.stat().st_mode & 0o044 == 0o044
+
+
+@pytest.mark.parametrize("where", ["user", "data"])
+def test_cache_entries_keep_the_data_folders_restrictions(data_dir, private_cache, where):
+    data_dir.chmod(0o700)  # only its owner may read the data: nor may others read the cache
+    build, _ = counting_build()
+    cache.cached("t", 1, data_dir, [data_dir / "x.png"], {}, build, where)
+    folder = data_dir / cache.DATA_CACHE_DIR if where == "data" else private_cache / "tasks"
+    (entry,) = folder.glob("t-*.pt")
+    assert stat.S_IMODE(entry.stat().st_mode) & 0o077 == 0
