@@ -8,6 +8,7 @@ ends with the same results as an uninterrupted run.
 
 from __future__ import annotations
 
+import copy
 import time
 
 from fedkit_core.config import Config
@@ -15,6 +16,7 @@ from fedkit_core.engines.checkpoint import ClientCheckpoints, checkpoint_client
 from fedkit_core.engines.client import ClientRuntime
 from fedkit_core.engines.driver import drive
 from fedkit_core.engines.server import Observer, Server
+from fedkit_core.engines.snapshot import client_snapshot, restore_client
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import prepare
 from fedkit_core.messages import Message
@@ -41,16 +43,33 @@ class LocalTransport:
     def send(self, messages: dict[str, Message]) -> dict[str, Message]:
         replies: dict[str, Message] = {}
         for done, (cid, message) in enumerate(messages.items(), start=1):
+            client = self.clients[cid]
+            before = _state_before(client, message)
             try:
-                replies[cid] = self.clients[cid].handle(message)
+                replies[cid] = client.handle(message)
                 if self.stores is not None:
-                    checkpoint_client(self.clients[cid], message, self.stores[cid])
+                    checkpoint_client(client, message, self.stores[cid])
             except Exception as err:  # recorded; the server decides whether the round survives
+                if before is not None:  # as a Flower node keeps its context's last state
+                    restore_client(client, before)
                 text = str(err) if isinstance(err, FedkitError) else f"{type(err).__name__}: {err}"
                 replies[cid] = Message(message.kind, error=text, exception=err)
             phase = str(message.scalars.get("query", message.kind))
             self.observer.on_phase(int(message.scalars.get("round", 0)), phase, done, len(messages))
         return replies
+
+
+def _state_before(client: ClientRuntime, message: Message) -> dict | None:
+    """A copy of ``client``'s snapshot before a message that changes its state, when the run
+    tolerates failed clients (``min_clients``): a client failing mid-round is brought back
+    to it rather than keeping half-trained state, as on a Flower node (whose failed message
+    leaves its context unchanged), so that every engine and a resumed run agree."""
+    if message.kind not in ("fit", "query") or client.ctx.config["min_clients"] is None:
+        return None
+    dirty = client.dirty
+    snapshot = copy.deepcopy(client_snapshot(client))
+    client.dirty = dirty  # taking the snapshot is no checkpoint
+    return snapshot
 
 
 class LocalEngine:

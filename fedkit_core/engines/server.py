@@ -243,7 +243,7 @@ class Server:
         failed = {cid: msg for cid, msg in replies.items() if msg.error is not None}
         for cid, msg in failed.items():
             self.events.append({"round": rnd, "phase": phase, "client": cid, "error": msg.error})
-        if len(ok) < required:
+        if len(ok) < required or (failed and not ok):  # none left, even with min_clients=0
             cid, msg = next(iter(failed.items()))
             if isinstance(msg.exception, FedkitError):
                 raise msg.exception
