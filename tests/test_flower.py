@@ -364,6 +364,8 @@ def _flower_processes() -> set[int]:
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to list processes")
 def test_loopback_deployment_gives_the_local_results_and_leaves_no_process(tmp_path):
+    """The loopback deployment runs as a real one does: TLS, and SuperNode authentication
+    with each node's key registered (nodes would not be admitted otherwise)."""
     before = _flower_processes()
     out = tmp_path / "deployed"
     env = {

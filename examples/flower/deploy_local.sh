@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # A fedkit run through Flower's deployment runtime on this machine: one SuperLink and three
-# SuperNodes as separate processes on 127.0.0.1 (free ports, insecure mode: for a test only;
-# real deployments use TLS, see docs/engines.md). Results go to OUT_DIR in the usual format.
+# SuperNodes as separate processes on 127.0.0.1 (free ports), as a real deployment runs them:
+# TLS with a throwaway CA, and SuperNode authentication (each node's public key registered on
+# the SuperLink with `flwr supernode register`; an unregistered node is refused). See
+# docs/engines.md for a real deployment. Results go to OUT_DIR in the usual format.
 # Every process started here is stopped on exit, failure or interrupt.
 #
 #   bash examples/flower/deploy_local.sh OUT_DIR [extra `fedkit flower submit` options]
 #
-# PYTHON (default: python3) is the interpreter with fedkit and flwr installed.
+# PYTHON (default: python3) is the interpreter with fedkit and flwr installed; INSECURE=1
+# runs without TLS and node authentication (plain HTTP: only to debug the script).
 set -euo pipefail
 
 if [ $# -lt 1 ]; then
@@ -65,7 +68,20 @@ start() {  # start NAME COMMAND...: in its own process group, output to WORK/NAM
 
 LINK_PORT=$(free_port)
 SUPERLINK=127.0.0.1:$LINK_PORT
-start superlink "$PYTHON" -m fedkit_core.cli flower superlink --address "$SUPERLINK" --insecure
+KEYS=$WORK/keys
+if [ "${INSECURE:-0}" = 1 ]; then
+  LINK_TLS=(--insecure)
+  NODE_TLS=(--insecure)
+else  # TLS, and node authentication (on by default with TLS)
+  "$PYTHON" "$HERE/throwaway_keys.py" "$KEYS" "$NODES"
+  LINK_TLS=(--ca-cert "$KEYS/ca.crt" --cert "$KEYS/server.crt" --key "$KEYS/server.key")
+  NODE_TLS=(--ca-cert "$KEYS/ca.crt")
+  "$PYTHON" -c 'import sys; from pathlib import Path
+from fedkit_core.engines.flower.deploy import Tls, write_connection
+write_connection(Path(sys.argv[1]), sys.argv[2], Tls(ca_cert=Path(sys.argv[3])))' \
+    "$WORK/flwr" "$SUPERLINK" "$KEYS/ca.crt"  # for `flwr supernode register`
+fi
+start superlink "$PYTHON" -m fedkit_core.cli flower superlink --address "$SUPERLINK" "${LINK_TLS[@]}"
 for _ in $(seq 150); do  # until the SuperLink accepts connections
   if "$PYTHON" -c "import socket; socket.create_connection(('127.0.0.1', $LINK_PORT), 1)" 2>/dev/null; then
     break
@@ -73,9 +89,15 @@ for _ in $(seq 150); do  # until the SuperLink accepts connections
   sleep 0.2
 done
 for k in $(seq 0 $((NODES - 1))); do
+  AUTH=()
+  if [ "${INSECURE:-0}" != 1 ]; then  # register the node's public key, then it may join
+    FLWR_HOME="$WORK/flwr" "$(dirname "$(command -v "$PYTHON")")/flwr" supernode register \
+      "$KEYS/node$k.pub" >>"$WORK/register.log" 2>&1
+    AUTH=(--auth-key "$KEYS/node$k")
+  fi
   start "supernode$k" "$PYTHON" -m fedkit_core.cli flower supernode --superlink "$SUPERLINK" \
-    --partition-id "$k" --port "$(free_port)" --insecure
+    --partition-id "$k" --port "$(free_port)" "${NODE_TLS[@]}" "${AUTH[@]}"
 done
 
-fedkit flower submit --superlink "$SUPERLINK" --insecure --nodes "$NODES" \
+fedkit flower submit --superlink "$SUPERLINK" "${NODE_TLS[@]}" --nodes "$NODES" \
   --config "$HERE/deploy_local.yaml" --out "$OUT" "$@"

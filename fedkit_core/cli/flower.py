@@ -59,20 +59,30 @@ PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 def superlink(
     ctx: typer.Context,
     address: str = typer.Option(
-        "0.0.0.0:9091", "--address", help="HOST:PORT to serve SuperNodes and submitters on"
+        "127.0.0.1:9091",
+        "--address",
+        help="HOST:PORT to serve SuperNodes and submitters on (default: this machine only; "
+        "give the internal address the sites reach, e.g. 10.0.0.5:9091)",
     ),
     insecure: bool = InsecureOpt,
     ca_cert: Path | None = CaCertOpt,
     cert: Path | None = typer.Option(None, "--cert", help="the SuperLink's certificate (PEM)"),
     key: Path | None = typer.Option(None, "--key", help="the SuperLink's private key (PEM)"),
+    node_auth: bool | None = typer.Option(
+        None,
+        "--node-auth/--no-node-auth",
+        help="admit only SuperNodes whose keys are registered (`flwr supernode register`); "
+        "default: on with TLS (Flower needs TLS for it)",
+    ),
 ) -> None:
     """Start the SuperLink (on the server). Runs until stopped.
 
-    Arguments after ``--`` go to flower-superlink (e.g. ``-- --enable-supernode-auth``).
+    Arguments after ``--`` go to flower-superlink.
     """
     from fedkit_core.engines.flower.deploy import superlink_command
 
-    _exec([*superlink_command(address, _tls(insecure, ca_cert, cert, key)), *ctx.args])
+    tls = _tls(insecure, ca_cert, cert, key)
+    _exec([*superlink_command(address, tls, node_auth), *ctx.args])
 
 
 @flower_app.command(context_settings=PASS_THROUGH)
@@ -90,16 +100,22 @@ def supernode(
     ),
     insecure: bool = InsecureOpt,
     ca_cert: Path | None = CaCertOpt,
+    auth_key: Path | None = typer.Option(
+        None,
+        "--auth-key",
+        help="this node's private key (its public key registered on the SuperLink with "
+        "`flwr supernode register`), needed when the SuperLink authenticates nodes",
+    ),
 ) -> None:
     """Start a SuperNode (on a site, next to its data). Runs until stopped.
 
-    Arguments after ``--`` go to flower-supernode (e.g. ``-- --auth-supernode-private-key
-    KEY --trusted-entities FILE``).
+    Arguments after ``--`` go to flower-supernode (e.g. ``-- --trusted-entities FILE``).
     """
     from fedkit_core.engines.flower.deploy import supernode_command
 
     tls = _tls(insecure, ca_cert)
-    _exec([*supernode_command(superlink, partition_id, data_path, port, tls), *ctx.args])
+    command = supernode_command(superlink, partition_id, data_path, port, tls, auth_key)
+    _exec([*command, *ctx.args])
 
 
 @flower_app.command()

@@ -64,18 +64,26 @@ def flower_command(name: str) -> str:
     return found
 
 
-def superlink_command(address: str, tls: Tls) -> list[str]:
+def superlink_command(address: str, tls: Tls, node_auth: bool | None = None) -> list[str]:
     """``flower-superlink`` serving the Fleet, Control and ServerApp APIs on ``address``.
 
     Runtime dependency installation stays off: the ServerApp must import the fedkit and
-    plugins installed beside Flower, not a fresh environment.
+    plugins installed beside Flower, not a fresh environment. ``node_auth`` (default: on
+    with TLS; Flower allows it only with TLS): only SuperNodes whose public keys were
+    registered (``flwr supernode register``) may join.
     """
     tls.check(server=True)
+    if node_auth is None:
+        node_auth = not tls.insecure
+    if node_auth and tls.insecure:
+        raise FedkitError("SuperNode authentication needs TLS: drop --insecure or --node-auth")
     host, port = split_address(address)
     command = [flower_command("flower-superlink"), "--host", host, "--port", str(port)]
     command += ["--disable-runtime-dependency-installation"]
     if tls.insecure:
         return [*command, "--insecure"]
+    if node_auth:
+        command.append("--enable-supernode-auth")
     return [
         *command,
         *("--ssl-ca-certfile", str(tls.ca_cert)),
@@ -85,15 +93,25 @@ def superlink_command(address: str, tls: Tls) -> list[str]:
 
 
 def supernode_command(
-    superlink: str, partition: int, data_path: str | None, port: int, tls: Tls
+    superlink: str,
+    partition: int,
+    data_path: str | None,
+    port: int,
+    tls: Tls,
+    auth_key: Path | None = None,
 ) -> list[str]:
-    """``flower-supernode`` serving client ``partition`` (from its own data, if given)."""
+    """``flower-supernode`` serving client ``partition`` (from its own data, if given),
+    authenticating with the private key ``auth_key`` when the SuperLink requires it."""
     tls.check(server=False)
+    if auth_key is not None and not Path(auth_key).is_file():
+        raise FedkitError(f"SuperNode key not found: {auth_key}")
     node_config = f"{PARTITION_KEY}={partition}"
     if data_path:
         node_config += f" {DATA_PATH_KEY}={json.dumps(str(Path(data_path).resolve()))}"
     command = [flower_command("flower-supernode"), "--superlink", superlink]
     command += ["--port", str(port), "--node-config", node_config]
+    if auth_key is not None:
+        command += ["--auth-supernode-private-key", str(auth_key)]
     if tls.insecure:
         return [*command, "--insecure"]
     return [*command, "--root-certificates", str(tls.ca_cert)]
