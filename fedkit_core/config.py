@@ -161,6 +161,10 @@ MAX_DEPTH = 32
 MAX_BYTES = 1_000_000
 
 
+class InvalidYaml(FedkitError):
+    """Text that is not YAML at all (a ``--set`` value is then taken as plain text)."""
+
+
 def safe_yaml(text: str, where: str) -> Any:
     """``yaml.safe_load(text)``, refusing configs that expand to more than
     :data:`MAX_VALUES` values, nest deeper than :data:`MAX_DEPTH` or hold integers too long
@@ -171,7 +175,7 @@ def safe_yaml(text: str, where: str) -> Any:
         mark = getattr(err, "problem_mark", None)
         line = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise FedkitError(f"{where} is not valid YAML{line}: {problem[:200]}") from None
+        raise InvalidYaml(f"{where} is not valid YAML{line}: {problem[:200]}") from None
     except RecursionError:
         raise FedkitError(f"{where} nests deeper than {MAX_DEPTH} levels") from None
     except ValueError as err:  # an integer of thousands of digits
@@ -236,9 +240,7 @@ def parse_sets(pairs: Iterable[str]) -> dict[str, Any]:
         where = f"--set {short_repr(key)}"
         try:
             value = safe_yaml(raw, where) if raw.strip() else None
-        except FedkitError as err:
-            if "not valid YAML" not in str(err):
-                raise
+        except InvalidYaml:
             value = raw
         if " #" in raw and not isinstance(value, (dict, list)) and _commented(raw, value):
             value = raw.strip()  # YAML dropped " #..." as a comment: keep the text whole
