@@ -22,6 +22,8 @@ def test_run_out_refuses_a_folder_that_is_not_a_run(tmp_path):
         run(tiny(rounds=1), out=mine)
     assert (mine / "results.json").read_text() == '{"my": "results"}'
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt", "results.json"]
+    with pytest.raises(FedkitError, match="is not a fedkit results file"):  # nor reported
+        RunDir(mine).load_results()
 
 
 def test_an_empty_folder_is_a_fine_run_folder(tmp_path):

@@ -83,6 +83,9 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
+#: keys every results.json fedkit writes holds
+RESULTS_KEYS = ("status", "config", "task", "rounds")
+
 #: config keys that label a run without changing its results: left out of the config hash
 HASH_IGNORES = ("name",)
 
@@ -304,9 +307,15 @@ class RunDir:
                 f"{self.path} has no results.json (not a fedkit run, or it never finished a round)"
             )
         try:
-            return _mapping(json.loads(self.results.read_text()), self.results)
+            results = _mapping(json.loads(self.results.read_text()), self.results)
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise FedkitError(f"{self.results} is corrupt: {err}") from None
+        missing = [key for key in RESULTS_KEYS if key not in results]
+        if missing:
+            raise FedkitError(
+                f"{self.results} is not a fedkit results file (no {', '.join(missing)})"
+            )
+        return results
 
 
 def _ours(path: Path) -> bool:
