@@ -33,8 +33,8 @@ def test_an_empty_folder_is_a_fine_run_folder(tmp_path):
 
 def test_a_run_failing_before_its_first_round_does_not_block_its_rerun(tmp_path):
     out = tmp_path / "r"
-    bad = tiny(rounds=1, task={"name": "npz", "path": str(tmp_path / "absent.npz")})
-    with pytest.raises(FedkitError):
+    bad = {"rounds": 1, "task": {"name": "npz", "path": str(tmp_path / "absent.npz")}}
+    with pytest.raises(FedkitError, match="does not exist"):  # found once the run started
         run(bad, out=out)
     assert not RunDir(out).is_run()  # no config.yaml left to claim the folder
     assert run(tiny(rounds=1), out=out).final
