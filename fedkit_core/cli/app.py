@@ -141,6 +141,8 @@ def compare(
     if not quiet:
         seeds_text = ", ".join(map(str, found.seeds))
         console.print(rows_table(found.rows(), f"mean ± std over seeds {seeds_text}, last round"))
+        if found.diff:
+            console.print(rows_table(found.diff_rows(), cmp.diff_note(runspecs[0], found.seeds)))
     console.print(
         f"comparison of {len(found.table)} runspecs in [bold]{out}[/] "
         "(compare.json, compare.md and compare.tex to paste, compare.png/.pdf/.svg)"
