@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,8 +100,9 @@ METHODS = [
         (SEGMENTATION,),
         ("final.fairness.std", f"final.global.{MAIN}"),
         "the paper trains 200 rounds on six ProstateMRI sites at 384 px; here two sites, "
-        "64 px images, a small U-Net and 30 rounds, with CKA measured on a handful of images "
-        "per site, so the layer weights rest on few samples and seed noise dominates.",
+        "64 px images, a small U-Net and far fewer rounds, with CKA measured on a handful of "
+        "images per site (4 validation images with split: val), so the layer weights rest on "
+        "few samples and seed noise dominates.",
     ),
 ]
 
@@ -209,7 +209,6 @@ def section(dataset: Dataset, sets: Sequence[str], seeds: str, out: Path) -> lis
     lines = [f"## {dataset.name}", "", dataset.about + ".", ""]
     for methods in plan(dataset).values():
         specs = [m.runspec for m in methods]
-        start = time.perf_counter()
         found = compare(
             specs,
             seeds=seed_list,
@@ -217,8 +216,9 @@ def section(dataset: Dataset, sets: Sequence[str], seeds: str, out: Path) -> lis
             base=[load_yaml(dataset.config)],
             sets=parse_sets(sets),
         )
-        minutes = (time.perf_counter() - start) / 60
-        print(f"{dataset.name}: {' '.join(specs)} in {minutes:.1f} min", flush=True)
+        seconds = {s: row["final.wall_seconds"]["mean"] for s, row in found.table.items()}
+        took = ", ".join(f"{s} {t:.0f} s" for s, t in seconds.items())
+        print(f"{dataset.name}: {' '.join(specs)}: {took} per run", flush=True)
         keys = [f"final.global.{found.main}", f"final.clients_mean.{found.main}"]
         keys += ["final.fairness.std", "final.fairness.worst"]
         keys = [k for k in keys if all(k in row for row in found.table.values())]
@@ -228,8 +228,8 @@ def section(dataset: Dataset, sets: Sequence[str], seeds: str, out: Path) -> lis
             command(specs, dataset, sets, seeds),
             "```",
             "",
-            f"Mean ± std over seeds {seeds} (final round, test split; "
-            f"{minutes:.1f} min for the comparison on this machine):",
+            f"Mean ± std over seeds {seeds} (final round, test split; training time per run "
+            f"on this shared machine: {took}):",
             "",
             markdown_table(found.table, keys, headers=[label(k) for k in keys]),
             f"Paired differences to {base_name} (method minus {base_name}, seed by seed):",
@@ -281,6 +281,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     wanted = [d for d in DATASETS if not args.only or d.name in args.only.split(",")]
     argv = sys.argv[1:] if argv is None else argv
     lines = [HEADER.format(command=shlex.join(["python", "benchmarks/results_page.py", *argv]))]
+    left_out = [d.name for d in DATASETS if d not in wanted]
+    if left_out:
+        lines.append(f"Not in this regeneration (left out with --only): {', '.join(left_out)}.\n")
     for n, dataset in enumerate(wanted):
         sets = dataset.pairs(args.rounds, args.quick)
         lines += section(dataset, sets, args.seeds, args.out / ("quick" if args.quick else "runs"))

@@ -13,8 +13,8 @@ Two runs with the same seed share the partition, the initial model and the clien
   reproducible). No normality assumption, but too narrow for few seeds (with two seeds it is
   just the range of the two differences).
 
-A difference is called **significant** only when *both* intervals exclude 0, so neither
-interval's weakness alone can make noise look like a gain. ``wins``/``ties``/``losses``
+A difference is called **significant** only with at least 3 seeds and when *both* intervals
+exclude 0, so neither interval's weakness alone can make noise look like a gain. ``wins``/``ties``/``losses``
 count the seeds where the method is better / equal (within ``1e-12``) / worse than the
 baseline, with ``higher_is_better`` telling which way is better (``False`` for a fairness
 std or a wall time).
@@ -33,6 +33,8 @@ from fedkit_core.errors import FedkitError
 #: bootstrap resamples and the fixed seed of their generator
 RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
+#: fewer seeds never make a difference significant (the project claims gains on >= 3)
+MIN_SEEDS_SIGNIFICANT = 3
 #: per-seed differences within this are ties
 TIE = 1e-12
 
@@ -74,7 +76,9 @@ def paired_difference(
         "wins": int((sign * d > TIE).sum()),
         "ties": int((np.abs(d) <= TIE).sum()),
         "losses": int((sign * d < -TIE).sum()),
-        "significant": bool(excludes_zero(ci_t) and excludes_zero(boot)),
+        "significant": bool(
+            n >= MIN_SEEDS_SIGNIFICANT and excludes_zero(ci_t) and excludes_zero(boot)
+        ),
         "better": "higher" if higher_is_better else "lower",
         "seeds": n,
     }
