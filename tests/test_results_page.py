@@ -29,6 +29,8 @@ def test_each_data_set_runs_every_method_that_fits_against_its_baseline(monkeypa
 
 @pytest.mark.parametrize("dataset", page.DATASETS, ids=lambda d: d.name)
 def test_every_comparison_config_resolves(dataset, monkeypatch):
+    if not (ROOT.parent / "shared" / "data").is_dir():
+        pytest.skip("the page's configs read ../shared/data beside the project, absent here")
     monkeypatch.chdir(ROOT)
     base = [load_yaml(dataset.config)]
     sets = parse_sets(dataset.pairs(None, quick=False))
