@@ -110,7 +110,8 @@ def compare(
     quiet: bool = QuietOpt,
     logger: list[str] = LoggerOpt,
 ) -> None:
-    """Run several methods on the same task, partition and seeds; tabulate mean ± std."""
+    """Run several methods on the same task, partition and seeds; tabulate mean ± std and,
+    with >= 2 seeds, each one's paired difference to the first (95% CI, wins/ties/losses)."""
     from fedkit_core import api
     from fedkit_core.cli.display import rows_table
     from fedkit_core.errors import FedkitError
