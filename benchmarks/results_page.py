@@ -275,12 +275,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--only", default="", help="comma-separated data sets (default all)")
     parser.add_argument("--out", type=Path, default=Path("runs/results-page"))
     parser.add_argument("--page", type=Path, default=Path("docs/results.md"))
+    parser.add_argument("--note", default="", help="a paragraph for the page (why this size)")
     args = parser.parse_args(argv)
     if len(args.seeds.split(",")) < 2:
         parser.error("--seeds needs at least 2 seeds for paired differences")
     wanted = [d for d in DATASETS if not args.only or d.name in args.only.split(",")]
     argv = sys.argv[1:] if argv is None else argv
     lines = [HEADER.format(command=shlex.join(["python", "benchmarks/results_page.py", *argv]))]
+    if args.note:
+        lines.append(args.note + "\n")
     left_out = [d.name for d in DATASETS if d not in wanted]
     if left_out:
         lines.append(f"Not in this regeneration (left out with --only): {', '.join(left_out)}.\n")
