@@ -140,7 +140,8 @@ DATASETS = [
         f"{CONFIGS}/prostate-smoke.yaml",
         SEGMENTATION,
         "smoke only: the real ProstateSlice layout, one or two slices per site (six sites), "
-        "2 rounds",
+        "2 rounds; Fed-LWR measures no CKA on splits of fewer than 4 images and keeps the "
+        "uniform average there, so it can only tie with FedAvg",
         smoke=True,
     ),
     Dataset(
@@ -148,7 +149,8 @@ DATASETS = [
         f"{CONFIGS}/fundus-smoke.yaml",
         SEGMENTATION,
         "smoke only: the real Fundus (RIF) layout, one or two slices per site (four sites), "
-        "2 rounds",
+        "2 rounds; Fed-LWR measures no CKA on splits of fewer than 4 images and keeps the "
+        "uniform average there, so it can only tie with FedAvg",
         smoke=True,
     ),
 ]
@@ -281,9 +283,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--seeds needs at least 2 seeds for paired differences")
     wanted = [d for d in DATASETS if not args.only or d.name in args.only.split(",")]
     argv = sys.argv[1:] if argv is None else argv
-    lines = [HEADER.format(command=shlex.join(["python", "benchmarks/results_page.py", *argv]))]
+    shown = ["NOTE" if i and argv[i - 1] == "--note" else a for i, a in enumerate(argv)]
+    lines = [HEADER.format(command=shlex.join(["python", "benchmarks/results_page.py", *shown]))]
     if args.note:
-        lines.append(args.note + "\n")
+        lines.append(f"NOTE: {args.note}\n")
     left_out = [d.name for d in DATASETS if d not in wanted]
     if left_out:
         lines.append(f"Not in this regeneration (left out with --only): {', '.join(left_out)}.\n")
