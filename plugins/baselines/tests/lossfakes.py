@@ -32,7 +32,7 @@ def batch(y) -> SimpleNamespace:
 
 def small(**overrides: Any) -> dict[str, Any]:
     """One round of the tiny synthetic task with fewer samples."""
-    return tiny(**{"rounds": 1, "task": {"head_samples": 12}, **overrides})
+    return tiny(**{"rounds": 1, "task": {"head_samples": 8}, **overrides})
 
 
 __all__ = ["SEGMENTATION", "batch", "client", "server", "small"]

@@ -33,7 +33,14 @@ def test_proximal_term_matches_hand_computation_on_shared_parameters():
 
 def test_fedprox_and_qfedavg_run_on_segmentation():
     results = run(
-        tiny_seg(rounds=1, fedprox={"mu": 0.1}, qfedavg={"q": 2.0}),
+        tiny_seg(
+            rounds=1,
+            task={"train_per_site": 4, "image_size": 16},
+            unet_channels=[4, 8],
+            batch_size=2,
+            fedprox={"mu": 0.1},
+            qfedavg={"q": 2.0},
+        ),
         plugins={"fedprox": fedprox, "qfedavg": qfedavg},
     )
     train = next(iter(results.rounds[0]["train"].values()))
