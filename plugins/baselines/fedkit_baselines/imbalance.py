@@ -15,19 +15,16 @@ def counts(client: ClientContext) -> torch.Tensor:
     return torch.as_tensor(client.class_counts, dtype=torch.float32, device=client.device)
 
 
-def check_task_loss(server: ServerContext, name: str) -> list[str] | None:
-    """Refusals for a plugin that replaces the task loss of a classification task."""
-    problems = []
+def check_task_loss(server: ServerContext, name: str) -> str | None:
+    """The refusal of a plugin that replaces the task loss of a classification task, if any."""
     if server.task.kind != CLASSIFICATION:
-        problems.append(
-            f"{name} is a classification loss; {server.task.name!r} is {server.task.kind}"
-        )
+        return f"{name} is a classification loss; {server.task.name!r} is {server.task.kind}"
     if server.config["loss"] not in ("auto", "ce"):
-        problems.append(
+        return (
             f"{name} replaces the task loss, so loss={server.config['loss']} would be ignored; "
             "leave `loss` at its default"
         )
-    return problems or None
+    return None
 
 
 def focal_per_sample(logits: torch.Tensor, target: torch.Tensor, gamma: float) -> torch.Tensor:

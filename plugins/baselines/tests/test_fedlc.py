@@ -36,8 +36,10 @@ def test_task_loss_is_cross_entropy_of_the_calibrated_logits():
 
 def test_refuses_segmentation_and_another_loss_key():
     assert fedlc.fedkit_check(server()) is None
-    assert "classification" in fedlc.fedkit_check(server(SEGMENTATION))[0]
-    assert "loss=bsm" in fedlc.fedkit_check(server(loss="bsm"))[0]
+    assert fedlc.fedkit_check(server(SEGMENTATION, loss="dice")) == (
+        "fedlc is a classification loss; 't' is segmentation"
+    )
+    assert "loss=bsm would be ignored" in fedlc.fedkit_check(server(loss="bsm"))
 
 
 def test_two_task_losses_are_refused_clearly():

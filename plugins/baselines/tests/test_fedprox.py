@@ -11,7 +11,8 @@ from torch import nn
 
 from fedkit_core import run
 from fedkit_core.plugin import FedModel, plugin_scope
-from fedkit_core.testing import tiny_seg
+from fedkit_core.plugins import BUNDLED
+from fedkit_core.testing import REPO_ROOT, tiny_seg
 
 
 def test_proximal_term_matches_hand_computation_on_shared_parameters():
@@ -46,3 +47,21 @@ def test_fedprox_and_qfedavg_run_on_segmentation():
     train = next(iter(results.rounds[0]["train"].values()))
     assert train["loss.fedprox.proximal"] > 0 and train["qfedavg.loss"] > 0
     assert 0 <= results.final["global"]["dice"] <= 1
+
+
+def entry_points(folder: str) -> dict[str, str]:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((REPO_ROOT / folder / "pyproject.toml").read_text())["project"]
+    return project["entry-points"]["fedkit.plugins"]
+
+
+def test_the_name_fedprox_is_the_baselines_and_the_example_has_its_own():
+    baselines = entry_points("plugins/baselines")
+    assert baselines["fedprox"] == "fedkit_baselines.fedprox"
+    assert list(baselines) == sorted(baselines)
+    assert entry_points("examples/plugin-fedprox") == {"fedprox-example": "fedkit_fedprox"}
+    # `fedkit run --plugin NAME` without the package installed names the folder to install
+    assert {name: BUNDLED[name] for name in baselines} == dict.fromkeys(
+        baselines, "plugins/baselines"
+    )
+    assert BUNDLED["fedprox-example"] == "examples/plugin-fedprox"
