@@ -44,6 +44,20 @@ def fedkit_options():
 
 
 @hookimpl
+def fedkit_check(server):
+    """``L = 1/lr`` reads the local change ``w^t - w_k`` as ``lr`` times the summed gradients,
+    which holds for SGD only: with Adam the server step shrinks to almost nothing."""
+    config = server.config
+    if config["optimizer"] != "sgd" and server.options()["lipschitz"] is None:
+        return (
+            f"qfedavg estimates L = 1/lr, which assumes SGD local steps (the paper's); with "
+            f"optimizer={config['optimizer']} the global model barely moves. Set "
+            "optimizer=sgd, or give qfedavg.lipschitz"
+        )
+    return None
+
+
+@hookimpl
 def fedkit_round_start(client):
     """``F_k(w^t)``: the mean task loss of the received global model on the training data."""
     client.scratch["global"] = shared_parameters(client.model)

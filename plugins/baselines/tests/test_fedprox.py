@@ -39,6 +39,7 @@ def test_fedprox_and_qfedavg_run_on_segmentation():
             task={"train_per_site": 4, "image_size": 16},
             unet_channels=[4, 8],
             batch_size=2,
+            optimizer="sgd",
             fedprox={"mu": 0.1},
             qfedavg={"q": 2.0},
         ),

@@ -114,9 +114,19 @@ def test_clients_report_the_global_models_loss_and_their_distance_from_it():
     assert report[qfedavg.DISTANCE] == pytest.approx(3 * 0.25)
 
 
+def test_refuses_adaptive_optimisers_unless_l_is_given():
+    def check(optimizer, lipschitz=None):
+        srv = server({}, q=1.0, lipschitz=lipschitz, config={"optimizer": optimizer})
+        with plugin_scope("qfedavg"):
+            return qfedavg.fedkit_check(srv)
+
+    assert check("sgd") is None and check("adam", lipschitz=50.0) is None
+    assert "optimizer=adam" in check("adam") and "qfedavg.lipschitz" in check("adamw")
+
+
 @pytest.fixture(scope="module")
 def local_run():
-    return run(small(), plugins={"fedlc": fedlc, "qfedavg": qfedavg})
+    return run(small(optimizer="sgd", lr=0.05), plugins={"fedlc": fedlc, "qfedavg": qfedavg})
 
 
 def test_fedlc_composes_with_qfedavg(local_run):
@@ -127,7 +137,7 @@ def test_fedlc_composes_with_qfedavg(local_run):
 
 def test_fedlc_with_qfedavg_on_flower_gives_the_local_results(local_run):
     pytest.importorskip("flwr")
-    config = small(engine="flower", flower={"backend": "thread"})
+    config = small(optimizer="sgd", lr=0.05, engine="flower", flower={"backend": "thread"})
     flower = run(config, plugins={"fedlc": fedlc, "qfedavg": qfedavg})
     for scope in ("global", "clients_mean", "fairness"):
         for key, value in local_run.final[scope].items():
