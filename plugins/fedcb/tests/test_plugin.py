@@ -226,15 +226,15 @@ def test_offline_encoder_loads_with_no_network_and_knows_words(monkeypatch):
     assert not torch.allclose(priors[plugin.MU], expected[[1, 0, 2]], atol=1e-3)
 
 
-def test_combines_with_fedprox(tmp_path):
+def test_combines_with_the_fedprox_example_plugin(tmp_path):
     fedprox = pytest.importorskip("fedkit_fedprox")
-    config = fedcb_config(tmp_path, rounds=2, fedprox={"mu": 0.1})
-    results = run(config, plugins={"fedcb": plugin, "fedprox": fedprox})
+    config = fedcb_config(tmp_path, rounds=2, **{"fedprox-example": {"mu": 0.1}})
+    results = run(config, plugins={"fedcb": plugin, "fedprox-example": fedprox})
     train = results["rounds"][-1]["train"]["site0"]
-    assert train["loss.fedprox.proximal"] > 0 and train["loss.fedcb.variance"] > 0
+    proximal = train["loss.fedprox-example.proximal"]
+    assert proximal > 0 and train["loss.fedcb.variance"] > 0
     assert train["loss"] == pytest.approx(
-        train["loss.task"] + train["loss.fedprox.proximal"] + train["loss.fedcb.variance"],
-        rel=1e-4,
+        train["loss.task"] + proximal + train["loss.fedcb.variance"], rel=1e-4
     )
 
 
