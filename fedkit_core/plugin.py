@@ -21,6 +21,7 @@ from __future__ import annotations
 from fedkit_core.aggregation import average_entry, weighted_average
 from fedkit_core.config import Config
 from fedkit_core.engines.context import ClientContext, ServerContext, derive_seed
+from fedkit_core.engines.server import lr_at
 from fedkit_core.errors import FedkitError
 from fedkit_core.hookspecs import API_VERSION, Ask, hookimpl
 from fedkit_core.losses import balanced_softmax_ce, dice_loss, log_prior
@@ -61,6 +62,7 @@ __all__ = [
     "frozen_encoder",
     "hookimpl",
     "log_prior",
+    "lr_at",
     "markdown_table",
     "plugin_scope",
     "weighted_average",

@@ -41,7 +41,11 @@ BUNDLED = {
     "fca": "plugins/fca",
     "fed-lwr": "plugins/fed-lwr",
     "fed-mas": "plugins/fed-mas",
-    "fedprox": "examples/plugin-fedprox",
+    "fedprox-example": "examples/plugin-fedprox",
+    **dict.fromkeys(
+        ("cb", "fedlc", "fedprox", "fedrs", "focal", "ldam-drw", "moon", "qfedavg"),
+        "plugins/baselines",
+    ),
 }
 
 #: The name of the plugin whose hook is running (what ``ctx.options()`` and ``ctx.state``

@@ -8,8 +8,10 @@ records what it sees; each test checks one need.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -190,10 +192,19 @@ def test_plugin_options_are_typed_namespaced_and_saved(probed):
 
 
 def test_priors_reach_models_and_clients(probed):
-    probe, _ = probed
+    probe, results = probed
     assert all(seen for seen, _ in probe.seen["client_priors_see_server"])
     roles = {client for client, has_prior in probe.seen["extend"] if has_prior}
     assert roles == {None, "site0", "site1", "site2"}  # server and every client built with priors
+    # results.json identifies each server prior by its shape, dtype and bytes
+    data = np.arange(4, dtype=np.float32).tobytes()
+    assert results["priors"] == {
+        "probe.class_vec": {
+            "shape": [4],
+            "dtype": "float32",
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+    }
 
 
 def test_private_entries_never_uploaded_and_large_model_only_on_its_client(probed):

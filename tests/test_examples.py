@@ -20,7 +20,11 @@ def test_example_configs_resolve(path):
 
 
 #: configs meant to be put on top of another (a runspec of `fedkit compare --config BASE`)
-OVERLAYS = {"fed-mas/kd-only.yaml": "fed-mas/offline.yaml"}
+OVERLAYS = {
+    "fed-mas/kd-only.yaml": "fed-mas/offline.yaml",
+    "fedcb/random.yaml": "fedcb/offline.yaml",
+    "fedcb/mean-only.yaml": "fedcb/offline.yaml",
+}
 
 
 def test_embedding_example_runs(capsys, monkeypatch):

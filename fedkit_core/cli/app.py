@@ -116,7 +116,8 @@ def compare(
     quiet: bool = QuietOpt,
     logger: list[str] = LoggerOpt,
 ) -> None:
-    """Run several methods on the same task, partition and seeds; tabulate mean ± std."""
+    """Run several methods on the same task, partition and seeds; tabulate mean ± std and,
+    with >= 2 seeds, each one's paired difference to the first (95% CI, wins/ties/losses)."""
     from fedkit_core import api
     from fedkit_core.cli.display import rows_table
     from fedkit_core.errors import FedkitError
@@ -147,6 +148,8 @@ def compare(
     if not quiet:
         seeds_text = ", ".join(map(str, found.seeds))
         console.print(rows_table(found.rows(), f"mean ± std over seeds {seeds_text}, last round"))
+        if found.diff:
+            console.print(rows_table(found.diff_rows(), cmp.diff_note(runspecs[0], found.seeds)))
     console.print(
         f"comparison of {len(found.table)} runspecs in [bold]{out}[/] "
         "(compare.json, compare.md and compare.tex to paste, compare.png/.pdf/.svg)"

@@ -84,6 +84,7 @@ def write_results(
         events=server.events,
         wall_seconds=server.seconds,
         setup_bytes=server.setup_traffic,
+        priors=server.ctx.priors,
     )
     if run_dir is not None:
         write_json(run_dir.results, results)

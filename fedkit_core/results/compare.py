@@ -9,13 +9,19 @@ or overwritten). The summary is ``compare.json``
 the ``compare`` figure (per-round curves with mean ± std bands; PNG, PDF, SVG). Keys of a
 plugin that a runspec does not use are ignored for that runspec, in ``--set`` pairs and in
 the shared ``--config`` file.
+
+With two or more seeds every other runspec is also compared with the first (the baseline)
+seed by seed (:mod:`fedkit_core.metrics.paired`): ``compare.json`` then holds
+``diff.<runspec>.<metric>`` (mean paired difference, paired-t and bootstrap 95% intervals,
+wins/ties/losses), and ``compare.md`` a second table marking each difference significant or
+not.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +29,7 @@ import numpy as np
 
 from fedkit_core.config import load_yaml
 from fedkit_core.errors import FedkitError
+from fedkit_core.metrics.paired import paired_difference
 from fedkit_core.plugins import BUILTINS, installed
 from fedkit_core.results.labels import METRICS, client_view, metric_name
 from fedkit_core.results.schema import Results
@@ -101,6 +108,36 @@ def aggregate(
     return table
 
 
+#: the compare.json key of the paired differences
+DIFF = "diff"
+#: the compared numbers where lower is better (all others: higher is better)
+LOWER_IS_BETTER = ("final.fairness.std", "final.wall_seconds")
+
+
+def paired_table(
+    table: Mapping[str, Mapping[str, Mapping[str, Any]]],
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{runspec: {metric path: paired difference}}`` of every runspec but the first (the
+    baseline) against the first, seed by seed, on the metrics both have; empty with fewer
+    than two seeds (see :func:`fedkit_core.metrics.paired.paired_difference`)."""
+    specs = list(table)
+    base = table[specs[0]]
+    if len(next(iter(base.values()))["per_seed"]) < 2:
+        return {}
+    return {
+        spec: {
+            k: paired_difference(
+                entry["per_seed"],
+                base[k]["per_seed"],
+                higher_is_better=k not in LOWER_IS_BETTER,
+            )
+            for k, entry in table[spec].items()
+            if k in base
+        }
+        for spec in specs[1:]
+    }
+
+
 def _columns(table: Mapping[str, Mapping[str, Any]], main: str) -> list[str]:
     first = next(iter(table.values()))
     wanted = [
@@ -128,11 +165,13 @@ def metric_label(path: str) -> str:
 
 @dataclass
 class Comparison:
-    """What ``compare`` found: the ``compare.json`` table, the main metric and the seeds."""
+    """What ``compare`` found: the ``compare.json`` table, the main metric, the seeds and
+    the paired differences against the first runspec (:func:`paired_table`)."""
 
     table: dict[str, dict[str, dict[str, Any]]]
     main: str
     seeds: list[int]
+    diff: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def rows(self) -> list[dict[str, str]]:
         """One row per compared number, one column per runspec (mean ± std), for a console."""
@@ -143,6 +182,43 @@ class Comparison:
             }
             for c in _columns(self.table, self.main)
         ]
+
+    def diff_rows(self) -> list[dict[str, str]]:
+        """One row per runspec and compared number: the paired difference to the baseline."""
+        return diff_rows(self.diff, _columns(self.table, self.main))
+
+
+def diff_rows(
+    diff: Mapping[str, Mapping[str, Mapping[str, Any]]], columns: Sequence[str], digits: int = 4
+) -> list[dict[str, str]]:
+    """The paired differences as rows for people: runspec and metric, mean difference, both
+    95% intervals, wins/ties/losses (W/T/L) and whether the difference is significant."""
+
+    def interval(pair: Sequence[float]) -> str:
+        return f"[{pair[0]:+.{digits}f}, {pair[1]:+.{digits}f}]"
+
+    return [
+        {
+            "metric": f"{spec}: {metric_label(c)}"
+            + (" (lower better)" if c in LOWER_IS_BETTER else ""),
+            "mean diff": f"{d['mean']:+.{digits}f}",
+            "95% CI t": interval(d["ci_t"]),
+            "95% CI bootstrap": interval(d["ci_bootstrap"]),
+            "W/T/L": f"{d['wins']}/{d['ties']}/{d['losses']}",
+            "significant": "yes" if d["significant"] else "no",
+        }
+        for spec, row in diff.items()
+        for c in columns
+        if (d := row.get(c)) is not None
+    ]
+
+
+def rows_markdown(rows: Sequence[Mapping[str, str]]) -> str:
+    """Rows of equal keys as a markdown table."""
+    head = list(rows[0])
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    lines += ["| " + " | ".join(r[h] for h in head) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
 
 
 def markdown_table(
@@ -228,22 +304,38 @@ def notes(
     ]
 
 
+def diff_note(baseline: str, seeds: Sequence[int]) -> str:
+    """What the paired-difference table's numbers are."""
+    return (
+        f"Paired differences to {baseline} (runspec minus {baseline}, seed by seed over "
+        f"{len(seeds)} seeds): mean, 95% confidence intervals by paired t and by bootstrap "
+        "(10000 resamples, fixed seed), and W/T/L: the seeds where the runspec is better / "
+        "equal / worse. Significant: both intervals exclude 0; otherwise (no) the interval "
+        "contains 0 and the difference is not told apart from seed noise."
+    )
+
+
 def write_summary(
     out: Path,
     table: Mapping[str, Mapping[str, Any]],
     runs: Mapping[str, Sequence[Results]],
     main: str,
     seeds: Sequence[int],
+    diff: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
 ) -> None:
-    """``compare.md`` and ``compare.tex`` (the table and its notes) and the ``compare``
-    figure (per-round curves, mean ± std over seeds, as PNG, PDF and SVG)."""
+    """``compare.md`` and ``compare.tex`` (the table and its notes; ``compare.md`` also the
+    paired differences ``diff``) and the ``compare`` figure (per-round curves, mean ± std
+    over seeds, as PNG, PDF and SVG)."""
     from fedkit_core.results.plots import plot_groups
 
     views = {spec: client_view(seeds_runs[0]["final"]) for spec, seeds_runs in runs.items()}
     columns = _columns(table, main)
     headers = [metric_label(c) for c in columns]
     paragraphs = notes(table, main, seeds, views)
-    md = "\n\n".join([*paragraphs, markdown_table(table, columns, headers=headers)])
+    parts = [*paragraphs, markdown_table(table, columns, headers=headers)]
+    if diff:
+        parts += [diff_note(next(iter(table)), seeds), rows_markdown(diff_rows(diff, columns))]
+    md = "\n\n".join(parts)
     write_text(out / "compare.md", md)
     tex = latex_table(table, columns, headers, caption=" ".join(paragraphs))
     write_text(out / "compare.tex", tex)
@@ -316,6 +408,8 @@ def compare(
         def run_one(layers, path, spec, seed):
             return api.run(layers, out=path, reuse=True)
 
+    if DIFF in runspecs:
+        raise FedkitError(f"a runspec may not be named {DIFF!r}: compare.json keeps that key")
     plan = planned_runs(runspecs, seeds, out, base, sets or {})
     refuse_foreign_runs(plan)
     for stale in out.glob("compare.*"):
@@ -327,6 +421,7 @@ def compare(
         runs.setdefault(spec, []).append(results)
         main = results["task"]["main_metric"]
     table = aggregate(runs)
-    write_json(out / "compare.json", table)
-    write_summary(out, table, runs, main, seeds)
-    return Comparison(table, main, list(seeds))
+    diff = paired_table(table)
+    write_json(out / "compare.json", {**table, DIFF: diff} if diff else table)
+    write_summary(out, table, runs, main, seeds, diff)
+    return Comparison(table, main, list(seeds), diff)

@@ -5,7 +5,9 @@ version), ``task`` (description and client ids), ``device``, ``rounds`` (one rec
 round: ``round``, ``sampled``, ``train`` losses per client, ``bytes`` ({client id: {"down",
 "up"}} as serialised), and on evaluated rounds ``global``, ``clients``, ``clients_mean``,
 ``fairness``, ``summary``, ``views`` ({view: {"global", "clients"}}) on the test split plus
-the same under ``val``), ``setup_bytes``, ``events`` (client failures) and ``final``.
+the same under ``val``), ``setup_bytes``, ``events`` (client failures), ``priors`` (each server
+prior sent to the clients at setup: ``shape``, ``dtype`` and the ``sha256`` of its bytes, so
+frozen knowledge such as FedCB's text statistics is identifiable) and ``final``.
 
 ``final`` holds the last round's ``global``, ``clients``, ``clients_mean``, ``fairness``
 (``std`` and ``worst`` of the main metric across clients), ``summary``, ``views``; ``best``
@@ -17,10 +19,14 @@ included) and ``wall_seconds``.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 SCOPES = ("global", "clients", "clients_mean", "fairness", "summary", "views")
 
@@ -87,6 +93,7 @@ def build_results(
     events: Sequence[Mapping[str, Any]],
     wall_seconds: float,
     setup_bytes: Mapping[str, Mapping[str, int]] | None = None,
+    priors: Mapping[str, torch.Tensor] | None = None,
 ) -> Results:
     main = task["main_metric"]
     setup_bytes = dict(setup_bytes or {})
@@ -111,8 +118,24 @@ def build_results(
         rounds=list(records),
         setup_bytes=setup_bytes,
         events=list(events),
+        priors=prior_digests(priors or {}),
         final=final,
     )
+
+
+def prior_digests(priors: Mapping[str, torch.Tensor]) -> dict[str, dict[str, Any]]:
+    """``{name: {shape, dtype, sha256}}`` of server priors: what identifies them in a record."""
+    import torch
+
+    out = {}
+    for name, tensor in sorted(priors.items()):
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        out[name] = {
+            "shape": list(tensor.shape),
+            "dtype": str(tensor.dtype).removeprefix("torch."),
+            "sha256": hashlib.sha256(flat.view(torch.uint8).numpy().tobytes()).hexdigest(),
+        }
+    return out
 
 
 def metrics_csv(records: Sequence[Mapping[str, Any]]) -> str:

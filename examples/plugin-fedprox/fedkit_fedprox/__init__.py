@@ -33,4 +33,4 @@ def fedkit_loss_terms(client, batch, outputs):
     squared = sum(
         ((p - anchor[n]) ** 2).sum() for n, p in client.model.named_parameters() if n in anchor
     )
-    return {"fedprox.proximal": 0.5 * mu * torch.as_tensor(squared)}
+    return {"fedprox-example.proximal": 0.5 * mu * torch.as_tensor(squared)}

@@ -1,0 +1,68 @@
+"""FedProx's proximal term against a hand computation (shared parameters only), and FedProx
+with q-FedAvg on a tiny segmentation task."""
+
+from types import SimpleNamespace
+
+import fedkit_baselines.fedprox as fedprox
+import fedkit_baselines.qfedavg as qfedavg
+import pytest
+import torch
+from torch import nn
+
+from fedkit_core import run
+from fedkit_core.plugin import FedModel, plugin_scope
+from fedkit_core.plugins import BUNDLED
+from fedkit_core.testing import REPO_ROOT, tiny_seg
+
+
+def test_proximal_term_matches_hand_computation_on_shared_parameters():
+    model = FedModel(nn.Linear(2, 2), nn.Linear(2, 3), 2)
+    model.mark_private("head")
+    me = SimpleNamespace(model=model, options=lambda: {"mu": 0.4}, scratch={})
+    with plugin_scope("fedprox"):
+        fedprox.fedkit_round_start(me)
+        with torch.no_grad():
+            model.backbone.weight += 0.5  # 4 entries
+            model.backbone.bias -= 1.0  # 2 entries
+            model.head.weight += 7.0  # private: no global value, no pull
+        term = fedprox.fedkit_loss_terms(me, None, None)["fedprox.proximal"]
+    assert term.item() == pytest.approx(0.5 * 0.4 * (4 * 0.5**2 + 2 * 1.0**2))
+    term.backward()
+    assert model.backbone.bias.grad.tolist() == pytest.approx([-0.4, -0.4])  # mu * (w - w_g)
+    assert model.head.weight.grad is None
+
+
+def test_fedprox_and_qfedavg_run_on_segmentation():
+    results = run(
+        tiny_seg(
+            rounds=1,
+            task={"train_per_site": 4, "image_size": 16},
+            unet_channels=[4, 8],
+            batch_size=2,
+            optimizer="sgd",
+            fedprox={"mu": 0.1},
+            qfedavg={"q": 2.0},
+        ),
+        plugins={"fedprox": fedprox, "qfedavg": qfedavg},
+    )
+    train = next(iter(results.rounds[0]["train"].values()))
+    assert train["loss.fedprox.proximal"] > 0 and train["qfedavg.loss"] > 0
+    assert 0 <= results.final["global"]["dice"] <= 1
+
+
+def entry_points(folder: str) -> dict[str, str]:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((REPO_ROOT / folder / "pyproject.toml").read_text())["project"]
+    return project["entry-points"]["fedkit.plugins"]
+
+
+def test_the_name_fedprox_is_the_baselines_and_the_example_has_its_own():
+    baselines = entry_points("plugins/baselines")
+    assert baselines["fedprox"] == "fedkit_baselines.fedprox"
+    assert list(baselines) == sorted(baselines)
+    assert entry_points("examples/plugin-fedprox") == {"fedprox-example": "fedkit_fedprox"}
+    # `fedkit run --plugin NAME` without the package installed names the folder to install
+    assert {name: BUNDLED[name] for name in baselines} == dict.fromkeys(
+        baselines, "plugins/baselines"
+    )
+    assert BUNDLED["fedprox-example"] == "examples/plugin-fedprox"
