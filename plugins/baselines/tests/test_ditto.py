@@ -5,13 +5,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from baseline_probes import Uploads, Watch, same
 from fedkit_baselines import ditto
 from torch import nn
 
 from fedkit_core import run
 from fedkit_core.plugin import FedModel, plugin_scope
 from fedkit_core.testing import tiny, tiny_seg
+
+from .baseline_probes import Uploads, Watch, same
 
 
 def _client(lam: float) -> SimpleNamespace:

@@ -1,11 +1,12 @@
 """FedBABU: one frozen head on every party, never trained or sent; fine-tuned for evaluation."""
 
 import pytest
-from baseline_probes import Uploads, Watch, same, snapshot
 from fedkit_baselines import fedbabu
 
 from fedkit_core import FedkitError, hookimpl, run
 from fedkit_core.testing import tiny, tiny_seg
+
+from .baseline_probes import Uploads, Watch, same, snapshot
 
 
 class Tuned:

@@ -1,11 +1,12 @@
 """FedRep: the head never leaves the client; head epochs (body fixed) then body epochs (head fixed)."""
 
 import pytest
-from baseline_probes import Uploads, Watch, same
 from fedkit_baselines import fedrep
 
 from fedkit_core import FedkitError, run
 from fedkit_core.testing import tiny, tiny_seg
+
+from .baseline_probes import Uploads, Watch, same
 
 
 def _split(state, prefix):

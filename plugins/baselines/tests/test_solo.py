@@ -1,11 +1,12 @@
 """Solo: nothing uploaded or aggregated; each client's training simply continues locally."""
 
 import pytest
-from baseline_probes import Uploads, Watch, same
 from fedkit_baselines import solo
 
 from fedkit_core import run
 from fedkit_core.testing import tiny, tiny_seg
+
+from .baseline_probes import Uploads, Watch, same
 
 
 def test_nothing_is_uploaded_and_each_client_continues_from_its_own_weights():
@@ -24,8 +25,6 @@ def test_nothing_is_uploaded_and_each_client_continues_from_its_own_weights():
     assert not same(last[0], last[1])
     assert results.final["global"] == {}
     assert set(results.final["clients"]) == {"site0", "site1", "site2"}
-    # only the built-in scalars went up: a few bytes per client and round
-    assert all(c["up"] < 200 for r in results.rounds for c in r["bytes"].values())
 
 
 def test_flower_gives_the_local_engines_results():
