@@ -42,6 +42,7 @@ BUNDLED = {
     "fed-lwr": "plugins/fed-lwr",
     "fed-mas": "plugins/fed-mas",
     "fedprox": "examples/plugin-fedprox",
+    **dict.fromkeys(("ditto", "fedbabu", "fedce", "fedetf", "fedrep", "solo"), "plugins/baselines"),
 }
 
 #: The name of the plugin whose hook is running (what ``ctx.options()`` and ``ctx.state``
