@@ -43,7 +43,22 @@ BUNDLED = {
     "fed-mas": "plugins/fed-mas",
     "fedprox-example": "examples/plugin-fedprox",
     **dict.fromkeys(
-        ("cb", "fedlc", "fedprox", "fedrs", "focal", "ldam-drw", "moon", "qfedavg"),
+        (
+            "cb",
+            "ditto",
+            "fedbabu",
+            "fedce",
+            "fedetf",
+            "fedlc",
+            "fedprox",
+            "fedrep",
+            "fedrs",
+            "focal",
+            "ldam-drw",
+            "moon",
+            "qfedavg",
+            "solo",
+        ),
         "plugins/baselines",
     ),
 }

@@ -110,6 +110,7 @@ class ClientRuntime:
         ctx, model = self.ctx, self.ctx.model
         round_, lr = int(message.scalars["round"]), float(message.scalars["lr"])
         ctx.seed_round(round_)
+        ctx.lr = lr
         ctx.scratches.clear()
         ctx.received = _payload(message)
         model.load_shared({k: v for k, v in message.arrays.items() if not k.startswith(PAYLOAD)})
@@ -217,6 +218,7 @@ class ClientRuntime:
         this client.
         """
         ctx, model = self.ctx, self.ctx.model
+        ctx.round = int(message.scalars.get("round", ctx.round))
         model.load_shared(message.arrays)
         views = merged_views(self.hook.fedkit_eval_views(client=ctx))
         served = self.hook.fedkit_client_view(client=ctx) or "global"

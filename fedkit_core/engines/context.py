@@ -9,20 +9,23 @@ registered with), so plugins never collide and never need to know their register
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from fedkit_core.config import Config
 from fedkit_core.errors import FedkitError
 from fedkit_core.losses import log_prior
 from fedkit_core.messages import Arrays, Payload
+from fedkit_core.metrics import classification_metrics, per_sample_dice, segmentation_metrics
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.plugins import current_plugin
-from fedkit_core.tasks.base import Batch, ClientData, ClientInfo, TaskInfo
+from fedkit_core.tasks.base import SEGMENTATION, Batch, ClientData, ClientInfo, TaskInfo
 
 
 def derive_seed(*parts: object) -> int:
@@ -96,6 +99,8 @@ class ClientContext(_Party):
     model: FedModel | None = None
     rng: torch.Generator = field(default_factory=torch.Generator)
     received: Payload = field(default_factory=Payload)
+    #: the learning rate of the current round (set by each fit message; 0 before the first)
+    lr: float = 0.0
     scratches: dict[str, dict[str, Any]] = field(default_factory=dict)
     hook: Any = field(default=None, repr=False)
     _cache: dict[Any, Any] = field(default_factory=dict, repr=False)
@@ -163,3 +168,82 @@ class ClientContext(_Party):
             if augment and self.data.augment is not None:
                 x, y = self.data.augment(x, y, self.rng)
             yield Batch(x, y, index)
+
+    def train(
+        self,
+        params: Iterable[torch.nn.Parameter],
+        epochs: int,
+        *,
+        forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        lr: float | None = None,
+        seed: int | None = None,
+    ) -> float:
+        """Train ``params`` alone for ``epochs`` passes over the training split on the task
+        loss: a plugin's own phase of local training (FedRep's head epochs, FedBABU's
+        fine-tuning before evaluation). Returns the mean loss.
+
+        ``forward`` maps a batch's images to logits (default: the model's ``logits``); the
+        loss is :meth:`task_loss` of them (other plugins' loss terms do not apply). The
+        optimiser is a fresh one of the run's kind (``fedkit_optimizer``) at ``lr``
+        (default: this round's), with the run's ``grad_clip``. Modules keep the mode
+        (train/eval) the caller set. With ``seed``, shuffling, augmentation and dropout draw
+        from a stream of their own (reproducible at evaluation, when no round seeds them);
+        otherwise from the round's streams.
+        """
+        params = list(params)
+        if not params or epochs <= 0:
+            return 0.0
+        rate = lr if lr is not None else (self.lr or self.config["lr"])
+        groups = [{"params": params, "lr": rate, "lr_scale": 1.0}]
+        optimizer = self.hook.fedkit_optimizer(client=self, param_groups=groups)
+        forward = forward or (lambda x: self.model(x)["logits"])
+        clip = self.config["grad_clip"]
+        saved, total, steps = self.rng, torch.zeros((), device=self.device), 0
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices) if seed is not None else nullcontext():
+            if seed is not None:
+                torch.manual_seed(seed)
+                self.rng = torch.Generator().manual_seed(seed)
+            try:
+                for _ in range(epochs):
+                    for batch in self.batches("train", shuffle=True, augment=True):
+                        loss = self.task_loss(batch, {"logits": forward(batch.x)})
+                        optimizer.zero_grad(set_to_none=True)
+                        loss.backward()
+                        if clip:
+                            torch.nn.utils.clip_grad_norm_(params, clip)
+                        optimizer.step()
+                        total += loss.detach()
+                        steps += 1
+            finally:
+                self.rng = saved
+        return float(total) / max(steps, 1)
+
+    def score(self, split: str = "val", output: str = "logits") -> dict[str, float]:
+        """The task's metrics (``bacc``, ``acc``... or ``dice``) of the model's ``output`` on
+        one of this client's own splits, in eval mode without gradients; empty for an empty
+        split. They stay on the client unless a plugin sends them (FedCE's leave-one-out
+        score)."""
+        model, segmentation = self.model, self.task.kind == SEGMENTATION
+        was_training = model.training
+        model.eval()
+        parts: list[torch.Tensor] = []
+        labels: list[torch.Tensor] = []
+        try:
+            with torch.inference_mode():
+                for batch in self.batches(split, batch_size=self.config["eval_batch_size"]):
+                    out = model(batch.x)[output]
+                    if segmentation:
+                        parts.append(per_sample_dice(out, batch.y, self.task.num_classes).cpu())
+                    else:
+                        parts.append(F.softmax(out.float(), dim=1).cpu())
+                        labels.append(batch.y.cpu())
+        finally:
+            model.train(was_training)
+        if not parts:
+            return {}
+        if segmentation:
+            return segmentation_metrics(torch.cat(parts).numpy(), self.task.class_names)
+        return classification_metrics(
+            torch.cat(parts).numpy(), torch.cat(labels).numpy(), self.task.shot_groups
+        )

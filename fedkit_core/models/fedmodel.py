@@ -32,16 +32,25 @@ class FedModel(nn.Module):
         self.feature_dim = feature_dim
         self.extras = nn.ModuleDict()
         self._extra_inputs: dict[str, str] = {}
+        self._eval_only: set[str] = set()
         self._private: list[str] = []
 
     def add_extra(
-        self, name: str, module: nn.Module, *, private: bool = False, input: str = "features"
+        self,
+        name: str,
+        module: nn.Module,
+        *,
+        private: bool = False,
+        input: str = "features",
+        eval_only: bool = False,
     ) -> None:
         """Attach ``module`` as ``extras[name]``.
 
         ``input`` says what the forward pass feeds it: ``"features"`` (the backbone's output),
         ``"image"`` (the raw batch, e.g. a separate private model) or ``"none"`` (not called
         in forward; the plugin calls it itself). ``private=True`` keeps its state on the client.
+        ``eval_only=True`` calls it only when the model is in eval mode (a model fine-tuned
+        for evaluation costs nothing during local training, whose outputs lack it).
         """
         if input not in INPUTS:
             raise ValueError(f"input must be one of {INPUTS}, got {input!r}")
@@ -49,6 +58,8 @@ class FedModel(nn.Module):
             raise FedkitError(f"two plugins add a model extra named {name!r}")
         self.extras[name] = module
         self._extra_inputs[name] = input
+        if eval_only:
+            self._eval_only.add(name)
         if private:
             self.mark_private(f"extras.{name}")
 
@@ -64,6 +75,8 @@ class FedModel(nn.Module):
         features = self.backbone(x)
         out: dict[str, Any] = {"features": features, "logits": self.head(features)}
         for name, module in self.extras.items():
+            if self.training and name in self._eval_only:
+                continue
             source = self._extra_inputs[name]
             if source == "features":
                 out[name] = module(features)

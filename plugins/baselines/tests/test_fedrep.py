@@ -1,0 +1,51 @@
+"""FedRep: the head never leaves the client; head epochs (body fixed) then body epochs (head fixed)."""
+
+import pytest
+from fedkit_baselines import fedrep
+
+from fedkit_core import FedkitError, run
+from fedkit_core.testing import tiny, tiny_seg
+
+from .baseline_probes import Uploads, Watch, same
+
+
+def _split(state, prefix):
+    return {k: v for k, v in state.items() if k.startswith(prefix)}
+
+
+def test_head_never_uploaded_and_the_epochs_split():
+    uploads, before, after = Uploads(), Watch(), Watch()
+    results = run(
+        tiny(rounds=2, fedrep={"head_epochs": 2}),
+        plugins={"before": before, "fedrep": fedrep, "uploads": uploads, "after": after},
+    )
+    for rnd in uploads.updates:
+        for arrays in rnd.values():
+            assert arrays and not any(key.startswith("head.") for key in arrays)
+            assert any(key.startswith("backbone.") for key in arrays)
+    for key, received in before.start.items():
+        headed, trained = after.start[key], after.end[key]
+        # head epochs: the head moved, the received body (weights) did not
+        assert not same(_split(received, "head."), _split(headed, "head."))
+        body = [k for k in received if k.startswith("backbone.") and "running" not in k]
+        body = [k for k in body if "num_batches" not in k]
+        assert all((received[k] == headed[k]).all() for k in body)
+        # body epochs: the body moved, the head did not
+        assert same(_split(headed, "head."), _split(trained, "head."))
+        assert not all((headed[k] == trained[k]).all() for k in body)
+    assert results.final["global"] == {} and results.final["clients"]
+
+
+def test_no_head_epochs_leave_the_head_as_it_was():
+    before, after = Watch("head"), Watch("head")
+    run(
+        tiny(rounds=1, fedrep={"head_epochs": 0}),
+        plugins={"before": before, "fedrep": fedrep, "after": after},
+    )
+    for key, start in before.start.items():
+        assert same(start, after.end[key])
+
+
+def test_segmentation_is_refused():
+    with pytest.raises(FedkitError, match="fedrep personalises a classification head"):
+        run(tiny_seg(rounds=1), plugins={"fedrep": fedrep})
