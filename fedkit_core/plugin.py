@@ -23,7 +23,6 @@ from fedkit_core.config import Config
 from fedkit_core.engines.context import ClientContext, ServerContext, derive_seed
 from fedkit_core.errors import FedkitError
 from fedkit_core.hookspecs import API_VERSION, Ask, hookimpl
-from fedkit_core.losses import balanced_softmax_ce, dice_loss, log_prior
 from fedkit_core.knowledge import (
     Knowledge,
     build_knowledge,
@@ -32,6 +31,7 @@ from fedkit_core.knowledge import (
     load_public,
     save_knowledge,
 )
+from fedkit_core.losses import balanced_softmax_ce, dice_loss, log_prior
 from fedkit_core.messages import Arrays, Payload, Reply, Scalar, Update
 from fedkit_core.models import build_model
 from fedkit_core.models.fedmodel import FedModel
