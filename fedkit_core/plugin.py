@@ -24,8 +24,17 @@ from fedkit_core.engines.context import ClientContext, ServerContext, derive_see
 from fedkit_core.engines.server import lr_at
 from fedkit_core.errors import FedkitError
 from fedkit_core.hookspecs import API_VERSION, Ask, hookimpl
+from fedkit_core.knowledge import (
+    Knowledge,
+    build_knowledge,
+    fit_images,
+    load_knowledge,
+    load_public,
+    save_knowledge,
+)
 from fedkit_core.losses import balanced_softmax_ce, dice_loss, log_prior
 from fedkit_core.messages import Arrays, Payload, Reply, Scalar, Update
+from fedkit_core.models import build_model
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.options import Option
 from fedkit_core.plugins import plugin_scope
@@ -45,6 +54,7 @@ __all__ = [
     "FedModel",
     "FedkitError",
     "FrozenEncoder",
+    "Knowledge",
     "Option",
     "Payload",
     "Reply",
@@ -54,16 +64,22 @@ __all__ = [
     "TaskInfo",
     "Update",
     "average_entry",
+    "build_knowledge",
+    "build_model",
     "balanced_softmax_ce",
     "check_source",
     "derive_seed",
     "dice_loss",
     "encoder_feature_dim",
+    "fit_images",
     "frozen_encoder",
     "hookimpl",
+    "load_knowledge",
+    "load_public",
     "log_prior",
     "lr_at",
     "markdown_table",
     "plugin_scope",
+    "save_knowledge",
     "weighted_average",
 ]

@@ -8,6 +8,7 @@ import typer
 
 from fedkit_core.cli import config_cmd
 from fedkit_core.cli.flower import flower_app
+from fedkit_core.cli.knowledge import knowledge_app
 from fedkit_core.cli.options import (
     ClientsOpt,
     ConfigOpt,
@@ -34,6 +35,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(flower_app, name="flower")
+app.add_typer(knowledge_app, name="knowledge")
 
 
 @app.command()

@@ -1,0 +1,46 @@
+"""``fedkit knowledge build``: query foundation-model APIs once on a public data set.
+
+The file it writes (see :mod:`fedkit_core.knowledge`) is what FedHelp's ``fedhelp.knowledge``
+reads; the APIs are never called again during training.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from fedkit_core.cli.options import SetOpt, console
+
+knowledge_app = typer.Typer(
+    help="Foundation-model knowledge on public data, built once (FedHelp).",
+    no_args_is_help=True,
+)
+
+
+@knowledge_app.command()
+def build(
+    public: str = typer.Option(
+        ..., "--public", help="public data: a task name (with --set task.*=...) or an .npz file"
+    ),
+    api: list[str] = typer.Option(
+        ...,
+        "--api",
+        help="an API (repeatable): cifar-resnet20@FILE, torchvision:NAME@FILE, "
+        "timm:NAME@FILE, open_clip:NAME@TAG_OR_FILE, precomputed:FILE",
+    ),
+    out: Path = typer.Option(..., "--out", "-o", help="the knowledge file to write (.npz)"),
+    set_: list[str] = SetOpt,
+    limit: int | None = typer.Option(None, "--limit", help="use the first N public samples"),
+) -> None:
+    """Ask every API for class probabilities on every public sample; write them to --out."""
+    from fedkit_core.knowledge import build_knowledge, load_public, save_knowledge
+
+    data = load_public(public, set_, limit)
+    knowledge = build_knowledge(data, api)
+    save_knowledge(knowledge, out)
+    labelled = int((knowledge.labels >= 0).sum())
+    console.print(
+        f"{out}: {len(knowledge.images)} public samples x {len(api)} APIs x "
+        f"{knowledge.num_classes} classes ({labelled} with labels in the APIs' classes)"
+    )

@@ -1,0 +1,342 @@
+"""Foundation-model knowledge on public data: built once before training, then only read.
+
+FedHelp (and any method of its kind) asks M frozen "API" models for a class-probability
+vector on every sample of a public data set, once, and stores the answers in one file that
+every later run reuses. :func:`build_knowledge` makes that file; :func:`load_knowledge`
+reads it back. The file (``.npz``) holds:
+
+============ =================================================================
+``images``   (P, H, W, C) uint8: the public images as loaded (any size/channels)
+``probs``    (P, M, K) float32: API m's class probabilities for sample p
+``labels``   (P,) int64: the public label of p in the APIs' K classes, -1 if unknown
+``apis``     (M,) str: the API specs
+``classes``  (K,) str: the APIs' class names
+============ =================================================================
+
+API specs (``--api``), one per API:
+
+================================ =========================================================
+``cifar-resnet20@FILE`` ..110    a CIFAR-10 ResNet checkpoint (10 classes), e.g. the offline
+                                 ones in ``../shared/data/weights/cifar10_resnet/``
+``torchvision:<name>@FILE``      a torchvision classifier and its checkpoint
+``timm:<name>@FILE``             a timm classifier and its checkpoint
+``open_clip:<name>@TAG_OR_FILE`` zero-shot CLIP with the prompts ``a photo of a <class>.``
+                                 over the public set's class names
+``precomputed:FILE``             probabilities computed elsewhere: ``.npy`` (P, K) or an
+                                 ``.npz`` with ``probs``
+================================ =========================================================
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedkit_core.errors import FedkitError
+from fedkit_core.models.networks import CIFAR_RESNETS, CifarResNet, load_state_file
+from fedkit_core.priors import IMAGENET_MEAN, IMAGENET_STD, FrozenEncoder, load_matching
+
+CIFAR10_CLASSES = (
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+)
+API_HELP = (
+    "cifar-resnet20@FILE .. cifar-resnet110@FILE, torchvision:<name>@FILE, timm:<name>@FILE, "
+    "open_clip:<name>@TAG_OR_FILE or precomputed:FILE"
+)
+
+
+@dataclass
+class PublicSet:
+    """Public images (N, H, W, C) uint8, their labels (N,) and class names."""
+
+    images: np.ndarray
+    labels: np.ndarray
+    classes: list[str]
+
+
+@dataclass
+class Knowledge:
+    """What :func:`load_knowledge` returns (see the module docstring for the fields)."""
+
+    images: np.ndarray
+    probs: np.ndarray
+    labels: np.ndarray
+    apis: list[str]
+    classes: list[str]
+
+    @property
+    def num_classes(self) -> int:
+        return self.probs.shape[2]
+
+
+def load_public(source: str, sets: Sequence[str] = (), limit: int | None = None) -> PublicSet:
+    """The training split of a task (``source`` = task name, ``sets`` its ``key=value``
+    options) or of a MedMNIST-style ``.npz`` file, at most ``limit`` samples (the first)."""
+    from fedkit_core.config import parse_sets
+    from fedkit_core.resolve import resolve_config
+    from fedkit_core.tasks.loading import load_task
+
+    values: dict = {"task.name": source}
+    if source.endswith(".npz"):
+        if not Path(source).is_file():
+            raise FedkitError(f"public data {source} does not exist")
+        values = {"task.name": "npz", "task.path": source}
+    values.update(parse_sets(list(sets)))
+    config, _ = resolve_config(values)
+    data = load_task(config)
+    split = data.pooled("train")
+    if data.kind != "classification":
+        raise FedkitError(f"public data {source!r} must be a classification set")
+    images = split.images
+    if images.dtype != torch.uint8:
+        images = (images.clamp(0, 1) * 255).round().to(torch.uint8)
+    count = len(images) if limit is None else min(limit, len(images))
+    return PublicSet(
+        images[:count].permute(0, 2, 3, 1).contiguous().numpy(),
+        split.targets[:count].numpy().astype(np.int64),
+        list(data.class_names),
+    )
+
+
+def build_knowledge(public: PublicSet, apis: Sequence[str], batch_size: int = 128) -> Knowledge:
+    """Query every API once on every public sample (on CPU or the first GPU)."""
+    if not apis:
+        raise FedkitError(f"give at least one --api ({API_HELP})")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    outs, classes = [], None
+    for spec in apis:
+        probs, names = _query(spec, public, device, batch_size)
+        if probs.shape[0] != len(public.images):
+            raise FedkitError(
+                f"API {spec!r} gave {probs.shape[0]} rows for {len(public.images)} public samples"
+            )
+        if classes is not None and len(names) != len(classes):
+            raise FedkitError(
+                f"API {spec!r} has {len(names)} classes, the previous ones {len(classes)}: "
+                "all APIs must share one label space"
+            )
+        classes = classes or names
+        outs.append(probs.astype(np.float32))
+    assert classes is not None
+    same_space = [c.lower() for c in classes] == [c.lower() for c in public.classes]
+    labels = public.labels if same_space else np.full(len(public.labels), -1, dtype=np.int64)
+    return Knowledge(public.images, np.stack(outs, axis=1), labels, list(apis), list(classes))
+
+
+def save_knowledge(knowledge: Knowledge, path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez_compressed(
+        tmp,
+        images=knowledge.images,
+        probs=knowledge.probs,
+        labels=knowledge.labels,
+        apis=np.array(knowledge.apis),
+        classes=np.array(knowledge.classes),
+    )
+    tmp.replace(path)
+
+
+def load_knowledge(path: str | Path) -> Knowledge:
+    """Read a knowledge file written by :func:`save_knowledge` (``fedkit knowledge build``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FedkitError(
+            f"knowledge file {path} does not exist; build it with `fedkit knowledge build`"
+        )
+    with np.load(path, allow_pickle=False) as f:
+        missing = {"images", "probs", "labels", "apis", "classes"} - set(f.files)
+        if missing:
+            raise FedkitError(f"{path} is not a knowledge file (missing {sorted(missing)})")
+        k = Knowledge(
+            f["images"],
+            f["probs"].astype(np.float32),
+            f["labels"].astype(np.int64),
+            [str(a) for a in f["apis"]],
+            [str(c) for c in f["classes"]],
+        )
+    if k.probs.ndim != 3 or not k.probs.shape[0] == len(k.images) == len(k.labels):
+        raise FedkitError(f"{path}: probs must be (P, M, K) for the P public images")
+    return k
+
+
+def fit_images(
+    images: np.ndarray | torch.Tensor, size: Sequence[int], channels: int
+) -> torch.Tensor:
+    """Public images (N, H, W, C) uint8 as (N, channels, *size) uint8: resized (bilinear,
+    antialiased when shrinking) and converted grey <-> RGB (luminance; grey repeated)."""
+    x = torch.as_tensor(np.asarray(images))
+    if x.dim() == 3:
+        x = x.unsqueeze(-1)
+    x = x.permute(0, 3, 1, 2).float()
+    if x.shape[1] == 3 and channels == 1:
+        x = (x * torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)).sum(1, keepdim=True)
+    elif x.shape[1] == 1 and channels == 3:
+        x = x.expand(-1, 3, -1, -1)
+    elif x.shape[1] != channels:
+        raise FedkitError(f"cannot convert {x.shape[1]}-channel public images to {channels}")
+    size = tuple(int(s) for s in size)
+    if tuple(x.shape[-2:]) != size:
+        shrink = x.shape[-1] > size[-1]
+        x = F.interpolate(x, size=size, mode="bilinear", antialias=shrink, align_corners=False)
+    return x.round().clamp(0, 255).to(torch.uint8)
+
+
+# --------------------------------------------------------------------------- APIs
+
+
+def _query(
+    spec: str, public: PublicSet, device: torch.device, batch_size: int
+) -> tuple[np.ndarray, list[str]]:
+    kind, _, rest = spec.partition(":")
+    if kind == "precomputed":
+        return _precomputed(rest, public)
+    if kind == "open_clip":
+        name, _, weights = rest.partition("@")
+        net, size, mean, std = _open_clip_zero_shot(name, weights or None, public.classes)
+        classes = list(public.classes)
+    else:
+        net, size, mean, std, classes = _classifier(spec)
+    encoder = FrozenEncoder(net, len(classes), size, mean, std, spec).to(device)
+    images = torch.from_numpy(public.images).permute(0, 3, 1, 2)
+    if images.shape[1] not in (1, 3):
+        raise FedkitError(f"API {spec!r} needs grey or RGB public images")
+    out = []
+    for start in range(0, len(images), batch_size):
+        x = images[start : start + batch_size].to(device).float() / 255.0
+        out.append(F.softmax(encoder(x), dim=1).cpu())
+    return torch.cat(out).numpy(), classes
+
+
+def _precomputed(path: str, public: PublicSet) -> tuple[np.ndarray, list[str]]:
+    file = Path(path)
+    if not file.is_file():
+        raise FedkitError(f"precomputed API file {path} does not exist")
+    if file.suffix == ".npz":
+        with np.load(file, allow_pickle=False) as f:
+            if "probs" not in f.files:
+                raise FedkitError(f"{path} has no 'probs' array")
+            probs = f["probs"]
+            classes = [str(c) for c in f["classes"]] if "classes" in f.files else None
+    else:
+        probs, classes = np.load(file, allow_pickle=False), None
+    if probs.ndim != 2:
+        raise FedkitError(f"{path}: probs must be (P, K), got shape {probs.shape}")
+    if np.any(probs < 0) or not np.allclose(probs.sum(1), 1.0, atol=1e-3):
+        raise FedkitError(f"{path}: every row of probs must be a probability vector")
+    return probs, classes or [f"class{k}" for k in range(probs.shape[1])]
+
+
+def _split_weights(spec: str) -> tuple[str, str]:
+    name, _, weights = spec.partition("@")
+    if not weights:
+        raise FedkitError(f"API {spec!r} needs its checkpoint: {name}@FILE")
+    if not Path(weights).is_file():
+        raise FedkitError(f"API {spec!r}: checkpoint {weights} does not exist")
+    return name, weights
+
+
+def _classifier(spec: str) -> tuple[nn.Module, int, tuple, tuple, list[str]]:
+    """A classifier with its checkpoint: (net, input side, mean, std, class names)."""
+    match = re.fullmatch(r"cifar-(resnet\d+)", spec.partition("@")[0])
+    cifar = bool(match) and match.group(1) in CIFAR_RESNETS
+    if not cifar and spec.partition(":")[0] not in ("torchvision", "timm"):
+        raise FedkitError(f"unknown API {spec!r}: use {API_HELP}")
+    name, weights = _split_weights(spec)
+    state = load_state_file(weights)
+    if cifar:
+        net: nn.Module = CifarResNet(CIFAR_RESNETS[match.group(1)], num_classes=10)
+        load_matching(net, state, spec)
+        return net, 32, IMAGENET_MEAN, IMAGENET_STD, list(CIFAR10_CLASSES)
+    kind, _, model = name.partition(":")
+    classes = _num_classes(state)
+    if kind == "torchvision":
+        import torchvision
+
+        try:
+            net = torchvision.models.get_model(model, weights=None, num_classes=classes)
+        except ValueError as err:
+            raise FedkitError(f"API {spec!r}: {err}") from None
+        load_matching(net, state, spec)
+        return net, 224, IMAGENET_MEAN, IMAGENET_STD, [f"class{k}" for k in range(classes)]
+    import timm  # kind == "timm"
+
+    if not timm.is_model(model):
+        raise FedkitError(f"API {spec!r}: timm has no model named {model!r}")
+    net = timm.create_model(model, pretrained=False, num_classes=classes)
+    load_matching(net, state, spec)
+    cfg = getattr(net, "pretrained_cfg", {}) or {}
+    size = int(cfg.get("input_size", (3, 224, 224))[-1])
+    mean, std = cfg.get("mean", IMAGENET_MEAN), cfg.get("std", IMAGENET_STD)
+    return net, size, mean, std, [f"class{k}" for k in range(classes)]
+
+
+def _num_classes(state: dict[str, torch.Tensor]) -> int:
+    """The class count of a classifier checkpoint: rows of its last 2-D weight."""
+    weights = [v for k, v in state.items() if k.endswith("weight") and v.dim() == 2]
+    if not weights:
+        raise FedkitError("the checkpoint holds no linear classifier")
+    return int(weights[-1].shape[0])
+
+
+def _open_clip_zero_shot(
+    name: str, weights: str | None, classes: Sequence[str]
+) -> tuple[nn.Module, int, tuple, tuple]:
+    """CLIP's image tower followed by the class-prompt text embeddings (logit scale 100)."""
+    try:
+        import open_clip
+    except ImportError:
+        raise FedkitError(
+            "open_clip APIs need open_clip_torch: pip install open_clip_torch"
+        ) from None
+    if name not in open_clip.list_models():
+        raise FedkitError(f"open_clip has no model named {name!r}")
+    try:
+        model = open_clip.create_model(name, pretrained=weights, device="cpu")
+    except Exception as err:
+        raise FedkitError(
+            f"open_clip could not load {name!r} with pretrained={weights!r} ({err}). Offline, "
+            "give the path of a downloaded open_clip checkpoint: open_clip:NAME@FILE"
+        ) from None
+    tokenizer = open_clip.get_tokenizer(name)
+    model.eval()
+    with torch.no_grad():
+        text = model.encode_text(tokenizer([f"a photo of a {c}." for c in classes]))
+        text = F.normalize(text.float(), dim=-1)
+    tower = model.visual
+    cfg = getattr(tower, "preprocess_cfg", {}) or {}
+    size = tower.image_size
+    size = int(size[0] if isinstance(size, (tuple, list)) else size)
+    mean = tuple(cfg.get("mean", open_clip.OPENAI_DATASET_MEAN))
+    std = tuple(cfg.get("std", open_clip.OPENAI_DATASET_STD))
+    return _ZeroShot(tower, text), size, mean, std
+
+
+class _ZeroShot(nn.Module):
+    """Image embedding -> cosine similarity to each class prompt, times CLIP's scale 100."""
+
+    def __init__(self, tower: nn.Module, text: torch.Tensor):
+        super().__init__()
+        self.tower = tower
+        self.register_buffer("text", text)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        image = F.normalize(self.tower(x).float(), dim=-1)
+        return 100.0 * image @ self.text.T

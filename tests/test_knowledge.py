@@ -1,0 +1,83 @@
+"""`fedkit knowledge build`: foundation-model answers on public data, built once, read back."""
+
+import numpy as np
+import pytest
+import torch
+
+from fedkit_core.cli import main
+from fedkit_core.errors import FedkitError
+from fedkit_core.knowledge import (
+    PublicSet,
+    build_knowledge,
+    fit_images,
+    load_knowledge,
+    load_public,
+)
+from fedkit_core.testing import shared_data
+
+WEIGHTS = "weights/cifar10_resnet"
+
+
+def test_offline_cifar_apis_give_probabilities_on_real_public_images(tmp_path):
+    breast = shared_data("medmnist", "breastmnist.npz")
+    folder = shared_data(*WEIGHTS.split("/"))
+    apis = [f"cifar-resnet20@{folder / 'resnet20-12fca82f.th'}"]
+    apis.append(f"cifar-resnet32@{folder / 'resnet32-d509ac18.th'}")
+    public = load_public(str(breast), limit=24)
+    assert public.images.shape == (24, 28, 28, 1) and public.images.dtype == np.uint8
+    k = build_knowledge(public, apis)
+    assert k.probs.shape == (24, 2, 10) and np.allclose(k.probs.sum(2), 1, atol=1e-5)
+    assert not np.allclose(k.probs[:, 0], k.probs[:, 1])  # two different networks
+    assert (k.labels == -1).all()  # CIFAR-10 classes are not the public set's classes
+    assert k.classes[0] == "airplane"
+
+
+def test_cli_builds_a_file_from_precomputed_answers_and_reads_it_back(tmp_path, capsys):
+    breast = shared_data("medmnist", "breastmnist.npz")
+    probs = np.random.default_rng(0).dirichlet(np.ones(2), size=10)
+    classes = load_public(str(breast), limit=1).classes
+    np.savez(tmp_path / "api.npz", probs=probs, classes=np.array(classes))
+    out = tmp_path / "k.npz"
+    args = ["knowledge", "build", "--public", str(breast), "--limit", "10"]
+    assert main([*args, "--api", f"precomputed:{tmp_path / 'api.npz'}", "--out", str(out)]) == 0
+    k = load_knowledge(out)
+    assert np.allclose(k.probs[:, 0], probs) and k.apis == [f"precomputed:{tmp_path / 'api.npz'}"]
+    assert (k.labels >= 0).all()  # same class names: the public labels are kept
+    assert main([*args, "--api", "nothing:here", "--out", str(out)]) == 2
+    assert "unknown API" in capsys.readouterr().err
+
+
+def test_bad_inputs_are_readable_errors(tmp_path):
+    public = PublicSet(np.zeros((3, 8, 8, 1), np.uint8), np.zeros(3, np.int64), ["a", "b"])
+    with pytest.raises(FedkitError, match="needs its checkpoint"):
+        build_knowledge(public, ["cifar-resnet20"])
+    with pytest.raises(FedkitError, match="does not exist"):
+        load_knowledge(tmp_path / "missing.npz")
+    with pytest.raises(FedkitError, match="open_clip has no model|open_clip could not"):
+        build_knowledge(public, [f"open_clip:RN50@{tmp_path / 'none.pt'}"])
+
+
+def test_fit_images_resizes_and_converts_channels():
+    grey = np.full((2, 28, 28, 1), 100, np.uint8)
+    rgb = fit_images(grey, (32, 32), 3)
+    assert rgb.shape == (2, 3, 32, 32) and rgb.dtype == torch.uint8 and (rgb == 100).all()
+    colour = np.zeros((1, 10, 10, 3), np.uint8)
+    colour[..., 0] = 200
+    back = fit_images(colour, (5, 5), 1)
+    assert back.shape == (1, 1, 5, 5) and int(back[0, 0, 0, 0]) == round(0.299 * 200)
+
+
+def test_torchvision_api_with_a_local_checkpoint(tmp_path):
+    import torchvision
+
+    public = PublicSet(np.full((3, 16, 16, 1), 120, np.uint8), np.zeros(3, np.int64), ["a", "b"])
+    specs = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        net = torchvision.models.get_model("mobilenet_v3_small", weights=None, num_classes=3)
+        net.classifier[-1].bias.data = torch.randn(3)  # distinct answers per checkpoint
+        torch.save(net.state_dict(), tmp_path / f"net{seed}.pt")
+        specs.append(f"torchvision:mobilenet_v3_small@{tmp_path / f'net{seed}.pt'}")
+    k = build_knowledge(public, specs)
+    assert k.probs.shape == (3, 2, 3) and np.allclose(k.probs.sum(2), 1, atol=1e-5)
+    assert not np.allclose(k.probs[:, 0], k.probs[:, 1])  # each checkpoint was loaded
