@@ -41,6 +41,7 @@ BUNDLED = {
     "fca": "plugins/fca",
     "fed-lwr": "plugins/fed-lwr",
     "fed-mas": "plugins/fed-mas",
+    "fedcb": "plugins/fedcb",
     "fedhelp": "plugins/fedhelp",
     "fedprox-example": "examples/plugin-fedprox",
     **dict.fromkeys(
