@@ -73,8 +73,9 @@ def fedkit_options() -> list[Option]:
         Option(
             "split",
             str,
-            "val",
-            "client split the similarity is measured on",
+            "train",
+            "client split the similarity is measured on: train (the paper's Eq. 3, the default) "
+            "or val (the authors' code)",
             choices=("val", "train"),
         ),
         Option(
