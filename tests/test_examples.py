@@ -20,7 +20,10 @@ def test_example_configs_resolve(path):
 
 
 #: configs meant to be put on top of another (a runspec of `fedkit compare --config BASE`)
-OVERLAYS = {"fed-mas/kd-only.yaml": "fed-mas/offline.yaml"}
+OVERLAYS = {
+    "fed-mas/kd-only.yaml": "fed-mas/offline.yaml",
+    "fed-mas/ssl-prior.yaml": "fed-mas/offline.yaml",
+}
 
 
 def test_embedding_example_runs(capsys, monkeypatch):
