@@ -10,11 +10,15 @@ cosine between features of different images (near 1: the prior maps every image 
     OMP_NUM_THREADS=1 python benchmarks/prior_probe.py \
         --data ../shared/data/medmnist/retinamnist.npz \
         --prior cifar-resnet20 --weights ../shared/data/weights/cifar10_resnet/resnet20-12fca82f.th
+
+``--weights`` takes several checkpoints (e.g. priors pre-trained with different seeds) and
+``--random-seeds 0,1,2`` as many random-weight rows; groups of more than one print mean ± std.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -54,23 +58,38 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True)
     parser.add_argument("--prior", default="cifar-resnet20")
-    parser.add_argument("--weights", required=True)
+    parser.add_argument(
+        "--weights", required=True, nargs="+", help="one or more checkpoints (e.g. one per seed)"
+    )
+    parser.add_argument(
+        "--random-seeds", default="0", help="seeds of the random-weight rows (comma-separated)"
+    )
     args = parser.parse_args()
     x_train, y_train = load(args.data, "train")
     x_test, y_test = load(args.data, "test")
-    torch.manual_seed(0)
-    rows = {
-        f"{args.prior} (pretrained)": frozen_encoder(args.prior, args.weights),
-        f"{args.prior} (random)": frozen_encoder(args.prior),
-    }
-    print(f"{'features':<32} {'dim':>5} {'probe bACC':>11} {'mean cos':>9}")
-    for name, encoder in rows.items():
+    groups: dict[str, list[float]] = {"pretrained": [], "random": []}
+    print(f"{'features':<48} {'dim':>5} {'probe bACC':>11} {'mean cos':>9}")
+
+    def row(name: str, encoder, group: str) -> None:
         train, test = features(encoder, x_train), features(encoder, x_test)
         score = probe(train, y_train, test, y_test)
-        print(f"{name:<32} {train.shape[1]:>5} {score:>11.4f} {mean_cosine(train):>9.4f}")
+        groups[group].append(score)
+        print(f"{name:<48} {train.shape[1]:>5} {score:>11.4f} {mean_cosine(train):>9.4f}")
+
+    for weights in args.weights:
+        row(f"{args.prior} {Path(weights).name}", frozen_encoder(args.prior, weights), "pretrained")
+    for seed in [int(s) for s in args.random_seeds.split(",")]:
+        torch.manual_seed(seed)
+        row(f"{args.prior} (random, seed {seed})", frozen_encoder(args.prior), "random")
     train, test = x_train.flatten(1).numpy(), x_test.flatten(1).numpy()
     score = probe(train, y_train, test, y_test)
-    print(f"{'raw pixels':<32} {train.shape[1]:>5} {score:>11.4f} {mean_cosine(train):>9.4f}")
+    print(f"{'raw pixels':<48} {train.shape[1]:>5} {score:>11.4f} {mean_cosine(train):>9.4f}")
+    for group, scores in groups.items():
+        if len(scores) > 1:
+            print(
+                f"{group}: probe bACC {np.mean(scores):.4f} ± {np.std(scores, ddof=1):.4f} "
+                f"over {len(scores)}"
+            )
 
 
 if __name__ == "__main__":

@@ -205,6 +205,22 @@ def encoder_feature_dim(source: str, image_size: int | None = None) -> int:
         return _probe_dim(net, image_size or size)
 
 
+def build_encoder(
+    source: str,
+) -> tuple[nn.Module, int, tuple[Sequence[float], Sequence[float]]]:
+    """A trainable encoder of ``source`` with random weights, its input side and its input
+    normalisation: what ``fedkit prior pretrain`` trains and :func:`frozen_encoder` loads.
+    open_clip towers are not offered (they are pretrained with text, not from images alone)."""
+    kind, name = parse_source(source)
+    check_source(source)
+    if kind == "open_clip":
+        raise FedkitError(
+            f"{source}: open_clip towers cannot be pre-trained here; use cifar-resnet20..110, "
+            "timm:<name> or torchvision:<name>"
+        )
+    return _build(kind, name)
+
+
 def _build(kind: str, name: str) -> tuple[nn.Module, int, tuple[Sequence[float], Sequence[float]]]:
     """The architecture (random weights), its input side and its normalisation."""
     if kind == "cifar":

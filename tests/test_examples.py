@@ -24,6 +24,7 @@ OVERLAYS = {
     "fed-mas/kd-only.yaml": "fed-mas/offline.yaml",
     "fedcb/random.yaml": "fedcb/offline.yaml",
     "fedcb/mean-only.yaml": "fedcb/offline.yaml",
+    "fed-mas/ssl-prior.yaml": "fed-mas/offline.yaml",
 }
 
 

@@ -1,4 +1,4 @@
-"""The ``fedkit`` commands: run, resume, compare, report, plugins, tasks, data."""
+"""The ``fedkit`` commands: run, resume, compare, report, plugins, tasks, data, prior."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from fedkit_core.cli.options import (
     layers_of,
     observe,
 )
+from fedkit_core.cli.prior_cmd import prior_app
 from fedkit_core.config import parse_sets
 
 app = typer.Typer(
@@ -36,6 +37,7 @@ app = typer.Typer(
 )
 app.add_typer(flower_app, name="flower")
 app.add_typer(knowledge_app, name="knowledge")
+app.add_typer(prior_app, name="prior")
 
 
 @app.command()

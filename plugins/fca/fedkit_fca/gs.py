@@ -2,7 +2,8 @@
 
 Generalisation (G) is ``final.global`` (the global model on the pooled test set),
 specialisation (S) is ``final.clients_mean`` (each client's model on its own test set: the
-personalised head for FCA, the global model for FedAvg), and G&S is their mean, computed
+personalised head for FCA, or its locally trained model before aggregation with
+``fca.specialisation=authors_code``; the global model for FedAvg), and G&S is their mean, computed
 per seed and then summarised as mean ± std over seeds (ddof 0, as ``fedkit compare``).
 FCA runs also carry G&S in ``final.summary``; this table gives it to the baselines too.
 

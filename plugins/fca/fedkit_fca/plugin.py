@@ -10,7 +10,10 @@ Local loss per batch: ``l1 * BSM(federated) + l2 * BSM(personal) + consistency``
 Evaluation: generalisation = the global model's federated head on the pooled test set
 (``final.global``); specialisation = each client's model with its personalised head on its
 own test set (the view ``personal``, which scores the clients: ``final.clients``,
-``final.clients_mean``); their mean in ``final.summary``.
+``final.clients_mean``); their mean in ``final.summary``. With
+``fca.specialisation=authors_code`` the clients are scored instead as the authors' code does:
+the client's locally trained model before aggregation, with its federated head (the view
+``local``, a frozen private snapshot taken after each local training).
 """
 
 from __future__ import annotations
@@ -19,11 +22,18 @@ from torch import nn
 
 from fedkit_core.plugin import CLASSIFICATION, FedkitError, Option, hookimpl
 from fedkit_fca import losses
+from fedkit_fca.snapshot import LocalSnapshot
 
 #: the model extra holding the personalised head; state entries ``extras.fca_personal.*``
 PERSONAL = "fca_personal"
 #: the evaluation view of the personalised head (specialisation)
 VIEW = "personal"
+#: the model extra holding the locally trained model (``specialisation=authors_code``)
+LOCAL = "fca_local"
+#: the evaluation view of that snapshot: the authors' specialisation
+LOCAL_VIEW = "local"
+#: specialisation protocols: the paper's, and the authors' code's
+PAPER, AUTHORS_CODE = "paper", "authors_code"
 #: metrics whose generalisation/specialisation mean goes into the summary (the paper's)
 GS_METRICS = ("bacc", "bauc")
 
@@ -58,6 +68,15 @@ def fedkit_options():
             choices=losses.DIRECTIONS,
         ),
         Option("consistency_weight", float, 1.0, "weight of the consistency term", min=0.0),
+        Option(
+            "specialisation",
+            str,
+            PAPER,
+            "which model scores each client (S): paper (the global feature extractor with the "
+            "client's personalised head) or authors_code (the client's locally trained model "
+            "before aggregation, with its federated head, as the authors' code evaluates)",
+            choices=(PAPER, AUTHORS_CODE),
+        ),
     ]
 
 
@@ -80,6 +99,8 @@ def fedkit_extend_model(model, ctx):
             "feature size (model.feature_dim is None); use a classification backbone"
         )
     model.add_extra(PERSONAL, nn.Linear(model.feature_dim, ctx.task.num_classes), private=True)
+    if ctx.options()["specialisation"] == AUTHORS_CODE:
+        model.add_extra(LOCAL, LocalSnapshot(model), private=True, input="image")
 
 
 def _log_prior(client):
@@ -107,15 +128,27 @@ def fedkit_loss_terms(client, batch, outputs):
 
 
 @hookimpl
+def fedkit_client_report(client):
+    """``specialisation=authors_code``: keep the locally trained model before aggregation."""
+    if client.options()["specialisation"] == AUTHORS_CODE:
+        client.model.extras[LOCAL].capture(client.model)
+
+
+@hookimpl
 def fedkit_eval_views(client):
-    """Specialisation: the client's model with its personalised head."""
-    return {VIEW: PERSONAL}
+    """Specialisation: the client's model with its personalised head (and, for the authors'
+    protocol, its locally trained model before aggregation)."""
+    views = {VIEW: PERSONAL}
+    if client.options()["specialisation"] == AUTHORS_CODE:
+        views[LOCAL_VIEW] = LOCAL
+    return views
 
 
 @hookimpl
 def fedkit_client_view(client):
-    """Each client is scored (per-client scopes, fairness) with its personalised head."""
-    return VIEW
+    """The view that scores each client (per-client scopes, fairness): the personalised head
+    (the paper) or the local model before aggregation (the authors' code)."""
+    return LOCAL_VIEW if client.options()["specialisation"] == AUTHORS_CODE else VIEW
 
 
 @hookimpl

@@ -3,7 +3,8 @@
 Round ``t`` (Yan et al., Alg. 1): clients train as usual; the server averages their models
 uniformly into an *anchor*, sends it back with the query ``fed-lwr.cka``; each client
 measures, per layer, the similarity between its local model and the anchor on its own
-validation split and replies with one scalar per layer (``fed-lwr.cka.<module name>``);
+training data (the paper's Eq. 3; ``split: val``, the authors' code: its validation split) and
+replies with one scalar per layer (``fed-lwr.cka.<module name>``);
 the server turns them into per-layer client weights and re-aggregates layer by layer.
 """
 
@@ -73,8 +74,9 @@ def fedkit_options() -> list[Option]:
         Option(
             "split",
             str,
-            "val",
-            "client split the similarity is measured on",
+            "train",
+            "client split the similarity is measured on: train (the paper's Eq. 3, the default) "
+            "or val (the authors' code)",
             choices=("val", "train"),
         ),
         Option(
@@ -217,7 +219,7 @@ def _warn_once(server: ServerContext, ids: list[str], similarities: list[dict[st
         else "no client measured a similarity"
     )
     log.warning(
-        "fed-lwr: in round %d, %s (validation splits with fewer than %d samples?); "
+        "fed-lwr: in round %d, %s (splits with fewer than %d samples?); "
         "those layers keep the uniform average",
         server.round,
         what,

@@ -30,16 +30,29 @@ def add_per_class(
     counts.index_add_(0, labels, torch.ones_like(labels, dtype=counts.dtype))
 
 
-def rescue_factor(w: torch.Tensor, w_hat: torch.Tensor, present: torch.Tensor) -> float:
-    """``RF = sum_k (w_k / sum w) (w_hat_k / sum w_hat)`` over the ``present`` classes.
+#: rescue-factor forms: the authors' code (normalised vectors) and the paper's Eq. 3 (raw)
+NORMALISED, RAW = "normalised", "raw"
+
+
+def rescue_factor(
+    w: torch.Tensor, w_hat: torch.Tensor, present: torch.Tensor, form: str = NORMALISED
+) -> float:
+    """The rescue factor over the ``present`` classes.
 
     ``w``: per-class mean distance of the received global model before training;
-    ``w_hat``: the same during local training. Both are normalised to sum to one over the
-    classes the client has, as the authors' code does (Eq. 3 leaves them unnormalised); a
-    vector that is zero everywhere (a perfect match, in theory) counts as uniform.
+    ``w_hat``: the same during local training. ``form="raw"`` is the paper's Eq. 3,
+    ``RF = sum_k w_k w_hat_k``: it grows with how far the client is from the prior overall.
+    ``form="normalised"`` (the authors' code) normalises both vectors to sum to one over the
+    classes the client has first, ``RF = sum_k (w_k / sum w) (w_hat_k / sum w_hat)``, which
+    keeps only how the distance is spread over classes; a vector that is zero everywhere (a
+    perfect match, in theory) counts as uniform.
     """
     if not bool(present.any()):
         raise ValueError("the client has no class with samples")
+    if form == RAW:
+        return float((w[present].double() * w_hat[present].double()).sum())
+    if form != NORMALISED:
+        raise ValueError(f"unknown rescue-factor form {form!r}")
     p, q = _distribution(w[present]), _distribution(w_hat[present])
     return float((p * q).sum())
 

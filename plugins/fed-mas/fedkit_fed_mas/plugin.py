@@ -28,7 +28,14 @@ from fedkit_core.plugin import (
     hookimpl,
     weighted_average,
 )
-from fedkit_fed_mas.mas import add_per_class, prior_distance, projector, rescue_factor
+from fedkit_fed_mas.mas import (
+    NORMALISED,
+    RAW,
+    add_per_class,
+    prior_distance,
+    projector,
+    rescue_factor,
+)
 
 fedkit_api = 2
 
@@ -76,6 +83,15 @@ def fedkit_options():
             "mas",
             "mas: weights RF_c / sum RF; fedavg: KD term only, FedAvg aggregation (ablation)",
             choices=("mas", "fedavg"),
+        ),
+        Option(
+            "rf",
+            str,
+            NORMALISED,
+            "rescue factor: normalised (the authors' code: both per-class vectors normalised "
+            "to sum 1, only their shape counts) or raw (the paper's Eq. 3, sum_k w_k w_hat_k: "
+            "also how far the client is from the prior overall)",
+            choices=(NORMALISED, RAW),
         ),
         Option(
             "projector_hidden", int, None, "projector hidden width (default: feature size)", min=1
@@ -192,7 +208,8 @@ def fedkit_client_report(client):
     present = (scratch["w_count"] > 0) & (scratch["w_hat_count"] > 0)
     w = scratch["w_sum"] / scratch["w_count"].clamp_min(1)
     w_hat = scratch["w_hat_sum"] / scratch["w_hat_count"].clamp_min(1)
-    return {RF: rescue_factor(w.cpu(), w_hat.cpu(), present.cpu())}
+    form = client.options()["rf"]
+    return {RF: rescue_factor(w.cpu(), w_hat.cpu(), present.cpu(), form)}
 
 
 @hookimpl
@@ -206,6 +223,8 @@ def fedkit_aggregate(server, updates, ask):
                 f"client {update.client_id!r} sent no {RF}: every client must run fed-mas"
             )
         factors.append(float(update.scalars[RF]))
+    if sum(factors) <= 0:  # every client matches the prior exactly (raw RF): no preference
+        factors = [1.0] * len(factors)
     return weighted_average([u.arrays for u in updates], factors)
 
 

@@ -40,6 +40,31 @@ def test_rescue_factor_normalises_over_present_classes_only():
         rescue_factor(w, w_hat, torch.zeros(3, dtype=bool))
 
 
+def test_raw_rescue_factor_is_the_papers_eq_3():
+    present = torch.tensor([True, False, True])
+    w = torch.tensor([1.0, math.nan, 3.0])
+    w_hat = torch.tensor([2.0, 100.0, 2.0])
+    # sum_k w_k w_hat_k over the present classes: 1 * 2 + 3 * 2
+    assert rescue_factor(w, w_hat, present, "raw") == pytest.approx(8.0)
+    assert rescue_factor(torch.zeros(2), torch.ones(2), torch.ones(2, dtype=bool), "raw") == 0.0
+    with pytest.raises(ValueError):
+        rescue_factor(w, w_hat, present, "other")
+
+
+def test_only_the_raw_form_sees_how_far_a_client_is_from_the_prior():
+    """Two clients whose distances have the same shape over classes, one three times as far
+    from the prior: the normalised RF cannot tell them apart, Eq. 3 ranks the far one higher."""
+    present = torch.ones(2, dtype=bool)
+    near_w, near_w_hat = torch.tensor([0.25, 0.75]), torch.tensor([0.5, 0.5])
+    far_w, far_w_hat = 3 * near_w, 3 * near_w_hat
+    # normalised: p = (1/4, 3/4), q = (1/2, 1/2) for both: 1/8 + 3/8
+    assert rescue_factor(near_w, near_w_hat, present) == pytest.approx(0.5)
+    assert rescue_factor(far_w, far_w_hat, present) == pytest.approx(0.5)
+    # raw: 0.25 * 0.5 + 0.75 * 0.5 = 0.5, and 0.75 * 1.5 + 2.25 * 1.5 = 4.5
+    assert rescue_factor(near_w, near_w_hat, present, "raw") == pytest.approx(0.5)
+    assert rescue_factor(far_w, far_w_hat, present, "raw") == pytest.approx(4.5)
+
+
 def test_projector_shape_matches_the_paper():
     mlp = projector(512, 512, 2048)
     kinds = [type(m).__name__ for m in mlp]

@@ -70,8 +70,9 @@ def numpy_distance(projection: torch.Tensor, target: torch.Tensor) -> float:
     return float(2 - 2 * a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
-def test_w_k_w_hat_and_rf_match_a_hand_computation():
-    client, images = hand_client()
+@pytest.mark.parametrize("form", ["normalised", "raw"])
+def test_w_k_w_hat_and_rf_match_a_hand_computation(form):
+    client, images = hand_client(rf=form)
     arrays = received_global(client)
     model = copy.deepcopy(client.ctx.model)
     model.load_shared(arrays)
@@ -108,7 +109,9 @@ def test_w_k_w_hat_and_rf_match_a_hand_computation():
     np.testing.assert_allclose(got_w_hat[present], w_hat[present], rtol=1e-4)
     assert state["w_count"].tolist() == [4, 0, 4, 2]
     assert state["w_hat_count"].tolist() == [8, 0, 8, 4]  # two local epochs
-    assert reply.scalars["fed-mas.rf"] == pytest.approx(float(p @ q), rel=1e-4)
+    # the authors' code: both vectors normalised; the paper's Eq. 3: the raw product
+    want = float(p @ q) if form == "normalised" else float(w[present] @ w_hat[present])
+    assert reply.scalars["fed-mas.rf"] == pytest.approx(want, rel=1e-4)
     assert reply.scalars["loss.fed-mas.kd"] == pytest.approx(3.0 * np.mean(during), rel=1e-4)
     # the projector and aux head go up with the model; the prior never does
     assert f"extras.{PROJECTOR}.0.weight" in reply.arrays
@@ -248,6 +251,15 @@ def test_mas_aggregation_weights_every_entry_by_normalised_rf():
     # (0.2 * 1 + 0.5 * 2 + 0.3 * 3) / 1.0; no data-size factor
     torch.testing.assert_close(state["w"], torch.full((2, 2), 2.1))
     assert int(state["bn.num_batches_tracked"]) == round(0.5 * 10 + 0.3 * 20)
+
+
+def test_raw_rf_of_zero_everywhere_weighs_clients_uniformly():
+    server, plugins = _server(rf="raw")
+    updates = _updates()
+    for update in updates:
+        update.scalars["fed-mas.rf"] = 0.0
+    state = plugins.hook.fedkit_aggregate(server=server, updates=updates, ask=None)
+    torch.testing.assert_close(state["w"], torch.full((2, 2), 2.0))
 
 
 def test_kd_only_falls_back_to_fedavg_and_missing_rf_is_an_error():
