@@ -32,6 +32,8 @@ def gs_table(
     """``{runspec: {"<part> <metric>": {mean, std, per_seed}}}`` from ``compare.json``."""
     table: dict[str, dict[str, dict[str, Any]]] = {}
     for spec, row in compare.items():
+        if spec == "diff":  # compare's paired differences against the baseline, not a runspec
+            continue
         cells: dict[str, dict[str, Any]] = {}
         for m in metrics:
             g_key, s_key = f"final.global.{m}", f"final.clients_mean.{m}"

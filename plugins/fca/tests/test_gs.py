@@ -24,6 +24,7 @@ def test_gs_is_the_per_seed_mean_of_global_and_clients_mean():
 
 def test_cli_writes_gs_md(tmp_path, capsys):
     compare = {"fedavg": row([0.5, 0.5], [0.4, 0.6]), "fca": row([0.6, 0.6], [0.7, 0.7])}
+    compare["diff"] = {"fca": {"final.global.bacc": {"mean": 0.1}}}  # compare's paired section
     (tmp_path / "compare.json").write_text(json.dumps(compare))
     gs.main([str(tmp_path), "--metrics", "bacc"])
     text = (tmp_path / "gs.md").read_text()
