@@ -46,7 +46,7 @@ def worker(clients: int, rounds: int, head_samples: int, report: Path) -> None:
     results = run(config(clients, rounds, head_samples))
     seconds = [r["seconds"] for r in results.rounds]
     report.write_text(
-        json.dumps({"rounds": seconds, "setup": results["wall_seconds"] - sum(seconds)})
+        json.dumps({"rounds": seconds, "setup": results["final"]["wall_seconds"] - sum(seconds)})
     )
 
 
