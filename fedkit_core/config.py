@@ -77,6 +77,15 @@ CORE_OPTIONS: tuple[Option, ...] = (
     Option("task.val_fraction", float, 0.1, "share of train carved out as val when absent"),
     Option("task.test_fraction", float, 0.2, "share carved out as test when a site has none"),
     Option(
+        "task.mean",
+        "list[float]",
+        None,
+        "per-channel mean of the [0, 1] images (with task.std; default: the training images')",
+    ),
+    Option(
+        "task.std", "list[float]", None, "per-channel std (with task.mean; 0.5 and 0.5: [-1, 1])"
+    ),
+    Option(
         "task.shot_thresholds",
         "list[int]",
         None,

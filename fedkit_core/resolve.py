@@ -116,6 +116,7 @@ _RANGES: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...] = (
     (("sample_fraction",), lambda v: 0 < v <= 1, "in (0, 1]"),
     (("task.val_fraction", "task.test_fraction"), lambda v: 0 < v < 1, "in (0, 1)"),
     (("partition.drop_prob",), lambda v: 0 <= v < 1, "in [0, 1)"),
+    (("task.std",), lambda v: all(x > 0 for x in v), "all above 0"),
 )
 
 

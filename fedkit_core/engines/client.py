@@ -60,8 +60,12 @@ class ClientRuntime:
         config: Config,
         plugins: PluginSet,
         device: torch.device,
+        model: FedModel | None = None,
     ):
+        """``model``: a model this client shares with others instead of building its own
+        (see :func:`fedkit_core.engines.local.shared_model`)."""
         self.plugins = plugins
+        self.shared_model = model
         self.ctx = ClientContext(
             task, config, device, client_id=client_id, data=data, info=data.info()
         )
@@ -97,8 +101,11 @@ class ClientRuntime:
         ctx.priors = dict(message.arrays)
         for priors in self.hook.fedkit_client_priors(client=ctx):
             ctx.priors.update(priors or {})
-        torch.manual_seed(derive_seed(ctx.config["seed"], "model", ctx.id))
-        ctx.model = build_model(self.plugins, ctx).to(ctx.device)
+        if self.shared_model is not None:
+            ctx.model = self.shared_model
+        else:
+            torch.manual_seed(derive_seed(ctx.config["seed"], "model", ctx.id))
+            ctx.model = build_model(self.plugins, ctx).to(ctx.device)
         if ctx.config["task.shot_thresholds"]:
             return Message("setup", {CLASS_COUNTS: torch.tensor(ctx.info.class_counts)})
         return Message("setup")

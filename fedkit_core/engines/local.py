@@ -11,15 +11,19 @@ from __future__ import annotations
 import copy
 import time
 
+import torch
+
 from fedkit_core.config import Config
 from fedkit_core.engines.checkpoint import ClientCheckpoints, checkpoint_client
-from fedkit_core.engines.client import ClientRuntime
+from fedkit_core.engines.client import ClientRuntime, build_model
+from fedkit_core.engines.context import ClientContext, derive_seed
 from fedkit_core.engines.driver import drive
 from fedkit_core.engines.server import Observer, Server
 from fedkit_core.engines.snapshot import client_snapshot, restore_client
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import prepare
 from fedkit_core.messages import Message
+from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.plugins import PluginSet
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir
@@ -88,8 +92,9 @@ class LocalEngine:
         started = time.perf_counter()
         fed = prepare(cfg, plugins)
         server = Server(cfg, plugins, fed.task, fed.device, observer)
+        model = shared_model(server, plugins)
         clients = {
-            cid: ClientRuntime(cid, data, fed.task, cfg, plugins, fed.device)
+            cid: ClientRuntime(cid, data, fed.task, cfg, plugins, fed.device, model)
             for cid, data in fed.clients.items()
         }
         stores = None
@@ -97,6 +102,26 @@ class LocalEngine:
             stores = {cid: ClientCheckpoints.of(run_dir.checkpoint, cid) for cid in clients}
         transport = LocalTransport(clients, observer, stores)
         return drive(server, transport, clients, plugins, run_dir, resume=resume, started=started)
+
+
+def shared_model(server: Server, plugins: PluginSet) -> FedModel | None:
+    """One model for every client, when nothing of a client's model outlives a message.
+
+    Without method plugins and without kept optimiser state, every message that uses a
+    client's model first loads the whole model state from the server (fit and evaluate
+    load the global state; nothing is private), so a model per client only costs memory
+    and set-up time (a thousand clients: a thousand models). The clients then take turns
+    with one model, built once: the results are the same (the per-client seeding of
+    training does not depend on it). With plugins (private entries, extra modules,
+    per-client state holding parameters) each client keeps its own.
+    """
+    if plugins.active or server.config["keep_optimizer_state"]:
+        return None
+    torch.manual_seed(derive_seed(server.config["seed"], "model", "clients"))
+    model = build_model(plugins, ClientContext(server.task, server.config, server.ctx.device))
+    if model.private_state():
+        return None
+    return model.to(server.ctx.device)
 
 
 ENGINE = LocalEngine()

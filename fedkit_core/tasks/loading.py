@@ -7,7 +7,14 @@ import torch.nn.functional as F
 
 from fedkit_core.config import Config
 from fedkit_core.errors import FedkitError
-from fedkit_core.tasks.base import CLASSIFICATION, MAX_CLASSES, SEGMENTATION, Split, TaskData
+from fedkit_core.tasks.base import (
+    CLASSIFICATION,
+    MAX_CLASSES,
+    SEGMENTATION,
+    Normalizer,
+    Split,
+    TaskData,
+)
 from fedkit_core.tasks.normalize import fit_normalizer
 from fedkit_core.tasks.registry import get_task
 
@@ -23,9 +30,30 @@ def load_task(config: Config) -> TaskData:
     size = config["task.image_size"]
     if size:
         data = resize(data, size)
-    if data.normalizer is None:
+    fixed = fixed_normalizer(config, int(data.sample_split().images.shape[1]))
+    if fixed is not None:
+        data.normalizer = fixed
+    elif data.normalizer is None:
         data.normalizer = fit_normalizer(data)
     return data
+
+
+def fixed_normalizer(config: Config, channels: int) -> Normalizer | None:
+    """The normaliser ``task.mean`` / ``task.std`` fix (None when unset): a run then scales its
+    inputs as a paper or another framework does, e.g. 0.5 and 0.5 to [-1, 1]."""
+    mean, std = config["task.mean"], config["task.std"]
+    if mean is None and std is None:
+        return None
+    if mean is None or std is None:
+        raise FedkitError("task.mean and task.std go together: set both or neither")
+    mean = mean * channels if len(mean) == 1 else mean
+    std = std * channels if len(std) == 1 else std
+    if len(mean) != channels or len(std) != channels:
+        raise FedkitError(
+            f"task.mean and task.std need 1 or {channels} values (the images' channels), "
+            f"got {len(mean)} and {len(std)}"
+        )
+    return Normalizer(tuple(float(m) for m in mean), tuple(float(s) for s in std))
 
 
 def _validate(name: str, data: TaskData) -> None:

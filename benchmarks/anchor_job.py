@@ -1,0 +1,454 @@
+"""The anchor job: one small federation run identically as a bare PyTorch loop, on fedkit's
+local engine, on fedkit's Flower simulation engine and as a raw Flower simulation.
+
+The job: PneumoniaMNIST's train split (``../shared/data/medmnist/pneumoniamnist.npz``, 4708
+images) scaled to [-1, 1], IID into 10 clients (``np.random.default_rng(seed).permutation``
+and ``np.array_split``, each client's indices sorted); a CNN (conv 1->32, conv 32->64, 3x3,
+ReLU and 2x2 max-pool each, linear 3136->128->2: 421k parameters); each round every client
+loads the global weights and runs one epoch of SGD (lr 0.05, momentum 0.9, a fresh optimiser
+each round, batch 64, shuffled by a per-client per-round ``torch.Generator``); the
+sample-weighted mean of the states; 5 rounds; torch threads 2; test accuracy at the end.
+Every mode seeds as fedkit does (model from ``derive_seed(seed, "model", "server")``,
+shuffles from ``derive_seed(seed, round, client)``), so all reach the same accuracy.
+
+Modes (each a fresh process, run in alternation, ``--repeats`` times; medians printed):
+
+* ``bare``: a plain PyTorch loop (no fedkit import);
+* ``fedkit-local``: ``fedkit_core.run`` on the local engine (task ``npz`` of a file holding the
+  same split as sites; ``task.mean=task.std=0.5``);
+* ``fedkit-flower``: the same config with ``engine=flower`` (Ray backend, 2 CPUs per client);
+* ``flower-raw``: a ServerApp and ClientApp written directly on Flower's Message API,
+  run by ``flwr.simulation.run_simulation`` (Ray backend, 2 CPUs per client).
+
+Printed per mode: process wall time (start to exit of the process), steady round (median of
+rounds 2.. as each mode times them), peak PSS of the process tree (sum over the process and
+all its descendants, from ``/proc/*/smaps_rollup``, sampled every 0.2 s), test accuracy, and
+the ratios to the bare loop (fedkit-flower also to flower-raw).
+
+    python benchmarks/anchor_job.py [--repeats 3] [--modes bare,fedkit-local,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "medmnist" / "pneumoniamnist.npz"
+MODES = ("bare", "fedkit-local", "fedkit-flower", "flower-raw")
+CLIENTS, ROUNDS, BATCH, LR, MOMENTUM, THREADS = 10, 5, 64, 0.05, 0.9, 2
+
+
+# ---------------------------------------------------------------------------- the job
+
+
+def derive_seed(*parts: object) -> int:
+    """fedkit's seed derivation (``fedkit_core.engines.context.derive_seed``), restated so
+    the bare loop and raw Flower import nothing of fedkit."""
+    words = [p if isinstance(p, int) else zlib.crc32(str(p).encode()) for p in parts]
+    return int(np.random.SeedSequence([abs(int(w)) for w in words]).generate_state(1)[0] >> 1)
+
+
+def client_ids() -> list[str]:
+    return [f"c{k:02d}" for k in range(CLIENTS)]
+
+
+def split_indices(n: int, seed: int) -> list[np.ndarray]:
+    """The IID split of ``n`` training samples: one sorted index array per client."""
+    return [np.sort(p) for p in np.array_split(np.random.default_rng(seed).permutation(n), CLIENTS)]
+
+
+def make(num_classes: int = 2, in_channels: int = 1):
+    """The anchor CNN (also fedkit's ``model=anchor_job:make``)."""
+    from torch import nn
+
+    return nn.Sequential(
+        nn.Conv2d(in_channels, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(3136, 128),
+        nn.ReLU(),
+        nn.Linear(128, num_classes),
+    )
+
+
+def scaled(images: np.ndarray):
+    """uint8 (N, 28, 28) -> float (N, 1, 28, 28) in [-1, 1], computed as fedkit's normaliser
+    with mean = std = 0.5 computes it (so the floats are bitwise the same)."""
+    import torch
+
+    return (torch.from_numpy(images[:, None]).float() / 255.0 - 0.5) / 0.5
+
+
+def client_data(path: Path, seed: int) -> dict[str, tuple]:
+    """Each client's training images (scaled) and labels."""
+    import torch
+
+    with np.load(path) as npz:
+        images, labels = npz["train_images"], npz["train_labels"].reshape(-1)
+    parts = split_indices(len(images), seed)
+    return {
+        cid: (scaled(images[idx]), torch.from_numpy(labels[idx].astype(np.int64)))
+        for cid, idx in zip(client_ids(), parts)
+    }
+
+
+def train_client(model, x, y, seed: int, rnd: int, cid: str) -> None:
+    """One local epoch of SGD with a fresh optimiser, shuffled as a fedkit client shuffles."""
+    import torch
+    import torch.nn.functional as F
+
+    rng = torch.Generator().manual_seed(derive_seed(seed, rnd, cid))
+    torch.manual_seed(derive_seed(seed, rnd, cid))
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    model.train()
+    n = len(x)
+    order = torch.randperm(n, generator=rng)
+    for start in range(0, n, BATCH):
+        idx = order[start : start + BATCH]
+        if len(idx) == 1 and n > 1:
+            break
+        loss = F.cross_entropy(model(x[idx]), y[idx])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+
+def average(states: list[dict], sizes: list[int]) -> dict:
+    """The sample-weighted mean, accumulated as fedkit's FedAvg does (float32, in order)."""
+    import torch
+
+    total = float(sum(sizes))
+    out = {}
+    for key, first in states[0].items():
+        acc = torch.zeros(first.shape, dtype=torch.float32)
+        for state, n in zip(states, sizes):
+            acc.add_(state[key].float(), alpha=float(n) / total)
+        out[key] = acc.to(first.dtype)
+    return out
+
+
+def test_accuracy(model, path: Path) -> float:
+    import torch
+
+    with np.load(path) as npz:
+        x, y = scaled(npz["test_images"]), torch.from_numpy(npz["test_labels"].reshape(-1))
+    model.eval()
+    with torch.inference_mode():
+        pred = torch.cat([model(x[i : i + 256]).argmax(1) for i in range(0, len(x), 256)])
+    return float((pred == y).double().mean())
+
+
+def initial_model(seed: int):
+    import torch
+
+    torch.manual_seed(derive_seed(seed, "model", "server"))
+    return make()
+
+
+# ---------------------------------------------------------------------------- the modes
+
+
+def run_bare(path: Path, seed: int) -> dict:
+    import torch
+
+    torch.set_num_threads(THREADS)
+    data = client_data(path, seed)
+    global_model, local = initial_model(seed), make()
+    rounds = []
+    for rnd in range(1, ROUNDS + 1):
+        start = time.perf_counter()
+        states, sizes = [], []
+        for cid, (x, y) in data.items():
+            local.load_state_dict(global_model.state_dict())
+            train_client(local, x, y, seed, rnd, cid)
+            states.append({k: v.detach().clone() for k, v in local.state_dict().items()})
+            sizes.append(len(x))
+        global_model.load_state_dict(average(states, sizes))
+        rounds.append(time.perf_counter() - start)
+    return {"rounds": rounds, "accuracy": test_accuracy(global_model, path)}
+
+
+def fedkit_config(sites: Path, seed: int, engine: str) -> dict:
+    config = {
+        "task": "npz",
+        "task.path": str(sites),
+        "task.mean": [0.5],
+        "task.std": [0.5],
+        "model": "anchor_job:make",
+        "rounds": ROUNDS,
+        "eval_every": ROUNDS,
+        "optimizer": "sgd",
+        "lr": LR,
+        "momentum": MOMENTUM,
+        "batch_size": BATCH,
+        "seed": seed,
+        "device": "cpu",
+        "checkpoint": False,
+    }
+    if engine == "flower":
+        config.update({"engine": "flower", "flower.client_cpus": float(THREADS)})
+    return config
+
+
+def run_fedkit(sites: Path, seed: int, engine: str) -> dict:
+    import torch
+
+    from fedkit_core import run
+
+    torch.set_num_threads(THREADS)
+    results = run(fedkit_config(sites, seed, engine))
+    return {
+        "rounds": [r["seconds"] for r in results.rounds],
+        "accuracy": results.rounds[-1]["global"]["acc"],
+    }
+
+
+def run_flower_raw(path: Path, seed: int) -> dict:
+    """The job on Flower's Message API: the ServerApp sends the global state to every node
+    each round and averages the replies in client order; each ClientApp trains its client."""
+    import torch
+    from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.simulation import run_simulation
+
+    torch.set_num_threads(THREADS)
+    outcome: dict = {}
+    server_app, client_app = ServerApp(), ClientApp()
+    cache: dict = {}
+
+    @client_app.train()
+    def train(msg: Message, context: Context) -> Message:
+        torch.set_num_threads(THREADS)
+        cid = client_ids()[int(context.node_config["partition-id"])]
+        if "data" not in cache:
+            cache["data"], cache["model"] = client_data(path, seed), make()
+        x, y = cache["data"][cid]
+        model = cache["model"]
+        model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+        train_client(model, x, y, seed, int(msg.content["config"]["round"]), cid)
+        content = RecordDict(
+            {
+                "arrays": ArrayRecord(model.state_dict()),
+                "config": ConfigRecord({"client": cid, "num_examples": len(x)}),
+            }
+        )
+        return Message(content, reply_to=msg)
+
+    @server_app.main()
+    def main(grid: Grid, context: Context) -> None:
+        model = initial_model(seed)
+        nodes: list[int] = []
+        while len(nodes) < CLIENTS:
+            nodes = list(grid.get_node_ids())
+            time.sleep(0.05 if len(nodes) < CLIENTS else 0)
+        rounds = []
+        for rnd in range(1, ROUNDS + 1):
+            start = time.perf_counter()
+            arrays = ArrayRecord(model.state_dict())
+            messages = [
+                Message(
+                    RecordDict({"arrays": arrays, "config": ConfigRecord({"round": rnd})}),
+                    dst_node_id=node,
+                    message_type="train",
+                )
+                for node in nodes
+            ]
+            replies = {}
+            for reply in grid.send_and_receive(messages):
+                if reply.has_error():
+                    raise RuntimeError(f"client failed: {reply.error}")
+                replies[str(reply.content["config"]["client"])] = reply.content
+            ordered = [replies[cid] for cid in client_ids()]
+            model.load_state_dict(
+                average(
+                    [r["arrays"].to_torch_state_dict() for r in ordered],
+                    [int(r["config"]["num_examples"]) for r in ordered],
+                )
+            )
+            rounds.append(time.perf_counter() - start)
+        outcome.update(rounds=rounds, accuracy=test_accuracy(model, path))
+
+    run_simulation(
+        server_app,
+        client_app,
+        num_supernodes=CLIENTS,
+        backend_config={"client_resources": {"num_cpus": float(THREADS), "num_gpus": 0.0}},
+    )
+    return outcome
+
+
+def write_sites(path: Path, seed: int, out: Path) -> Path:
+    """The split as an ``npz`` task file: train images ordered client by client (so fedkit's
+    clients come in the same order and hold their images in the same order), with ``site``
+    arrays; val and test are shared out in contiguous blocks (pooled, they are the splits)."""
+    with np.load(path) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    parts = split_indices(len(arrays["train_images"]), seed)
+    order = np.concatenate(parts)
+    ids = client_ids()
+    arrays["train_images"] = arrays["train_images"][order]
+    arrays["train_labels"] = arrays["train_labels"][order]
+    arrays["site"] = np.repeat(ids, [len(p) for p in parts])
+    for split in ("val", "test"):
+        blocks = np.array_split(np.arange(len(arrays[f"{split}_images"])), CLIENTS)
+        arrays[f"{split}_site"] = np.repeat(ids, [len(b) for b in blocks])
+    np.savez(out, **arrays)
+    return out
+
+
+# ---------------------------------------------------------------------------- measuring
+
+
+def tree_pss(root: int) -> int:
+    """Bytes of proportional set size of ``root`` and all its descendants (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) * 1024
+                    break
+        except OSError:
+            continue
+    return total
+
+
+def measure(mode: str, data: Path, sites: Path, seed: int) -> dict | None:
+    """Run one mode in a fresh process; its wall time, peak tree PSS and its own report."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                [str(ROOT / "benchmarks"), str(ROOT), os.environ.get("PYTHONPATH", "")]
+            ),
+            "OMP_NUM_THREADS": str(THREADS),
+        }
+        cmd = [sys.executable, __file__, "--worker", mode, "--data", str(data)]
+        cmd += ["--sites", str(sites), "--seed", str(seed), "--report", str(report)]
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, tree_pss(proc.pid))
+            time.sleep(0.2)
+        wall = time.perf_counter() - start
+        if proc.returncode != 0:
+            print(f"{mode} failed:\n{proc.stderr.read().decode()[-3000:]}", file=sys.stderr)
+            return None
+        out = json.loads(report.read_text())
+    return {
+        "wall": wall,
+        "round": statistics.median(out["rounds"][1:]),
+        "first": out["rounds"][0],
+        "pss": peak,
+        "accuracy": out["accuracy"],
+    }
+
+
+def worker(args: argparse.Namespace) -> None:
+    seed = args.seed
+    if args.worker == "bare":
+        out = run_bare(args.data, seed)
+    elif args.worker == "flower-raw":
+        out = run_flower_raw(args.data, seed)
+    else:
+        out = run_fedkit(args.sites, seed, "flower" if args.worker == "fedkit-flower" else "local")
+    args.report.write_text(json.dumps(out))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--worker", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--sites", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--report", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        parser.error(f"unknown modes {sorted(unknown)}; choose from {', '.join(MODES)}")
+    runs: dict[str, list[dict]] = {m: [] for m in modes}
+    with tempfile.TemporaryDirectory() as tmp:
+        sites = write_sites(args.data, args.seed, Path(tmp) / "anchor_sites.npz")
+        for repeat in range(args.repeats):
+            for mode in modes:  # alternating: noise from other load spreads over every mode
+                r = measure(mode, args.data, sites, args.seed)
+                if r is None:
+                    continue
+                runs[mode].append(r)
+                print(
+                    f"  [{repeat + 1}/{args.repeats}] {mode}: wall {r['wall']:.1f} s, "
+                    f"round {r['round']:.2f} s, PSS {r['pss'] / 2**20:.0f} MiB, "
+                    f"acc {r['accuracy']:.4f}",
+                    file=sys.stderr,
+                )
+    med = {
+        m: {k: statistics.median(r[k] for r in rs) for k in ("wall", "round", "first", "pss")}
+        for m, rs in runs.items()
+        if rs
+    }
+    print(
+        f"anchor job: {CLIENTS} clients, {ROUNDS} rounds, seed {args.seed}, medians of {args.repeats}"
+    )
+    print(
+        f"{'mode':15s} {'wall s':>8s} {'round s':>8s} {'1st rnd':>8s} {'PSS MiB':>8s} "
+        f"{'accuracy':>9s} {'wall x':>7s} {'round x':>8s} {'PSS x':>6s}"
+    )
+    base = med.get("bare")
+    for mode, m in med.items():
+        accs = sorted({round(r["accuracy"], 4) for r in runs[mode]})
+        ratio = (
+            (m["wall"] / base["wall"], m["round"] / base["round"], m["pss"] / base["pss"])
+            if base
+            else (float("nan"),) * 3
+        )
+        print(
+            f"{mode:15s} {m['wall']:8.2f} {m['round']:8.3f} {m['first']:8.3f} "
+            f"{m['pss'] / 2**20:8.0f} {'/'.join(f'{a:.4f}' for a in accs):>9s} "
+            f"{ratio[0]:7.3f} {ratio[1]:8.3f} {ratio[2]:6.3f}"
+        )
+    if "fedkit-flower" in med and "flower-raw" in med:
+        f, r = med["fedkit-flower"], med["flower-raw"]
+        print(
+            f"fedkit-flower / flower-raw: wall {f['wall'] / r['wall']:.3f}, "
+            f"round {f['round'] / r['round']:.3f}, PSS {f['pss'] / r['pss']:.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Cost with the number of clients: the same data and the same sampled work split over 10,
+100 and 1,000 clients.
+
+Each run is ``fedkit_core.run`` of the synthetic task with ``partition.kind=iid``,
+``sample_fraction=0.1`` (a tenth of the data trains each round, whatever N) and N clients,
+in a fresh process. Printed per N: setup (engine wall time before round 1), first round,
+steady round (median of rounds 2..), peak PSS of the process tree, and each as a ratio to
+10 clients (targets: 100 clients <= 1.3x, 1,000 clients <= 2x, memory <= 1.5x).
+
+    python benchmarks/client_scaling.py [--clients 10,100,1000] [--rounds 3]
+        [--head-samples 1500] [--repeats 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from anchor_job import ROOT, tree_pss
+
+
+def config(clients: int, rounds: int, head_samples: int) -> dict:
+    return {
+        "task": {"name": "synthetic", "head_samples": head_samples},
+        "clients": clients,
+        "partition.kind": "iid",
+        "sample_fraction": 0.1,
+        "rounds": rounds,
+        "checkpoint": False,
+        "seed": 0,
+    }
+
+
+def worker(clients: int, rounds: int, head_samples: int, report: Path) -> None:
+    import torch
+
+    from fedkit_core import run
+
+    torch.set_num_threads(2)
+    results = run(config(clients, rounds, head_samples))
+    seconds = [r["seconds"] for r in results.rounds]
+    report.write_text(
+        json.dumps({"rounds": seconds, "setup": results["final"]["wall_seconds"] - sum(seconds)})
+    )
+
+
+def measure(clients: int, args: argparse.Namespace) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        cmd = [sys.executable, __file__, "--worker", str(clients), "--report", str(report)]
+        cmd += ["--rounds", str(args.rounds), "--head-samples", str(args.head_samples)]
+        env = {"PYTHONPATH": f"{ROOT}:{ROOT / 'benchmarks'}", "OMP_NUM_THREADS": "2"}
+        proc = subprocess.Popen(cmd, env={**__import__("os").environ, **env})
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, tree_pss(proc.pid))
+            time.sleep(0.2)
+        if proc.returncode:
+            raise SystemExit(f"{clients} clients failed")
+        out = json.loads(report.read_text())
+    return {
+        "setup": out["setup"],
+        "first": out["rounds"][0],
+        "round": statistics.median(out["rounds"][1:]),
+        "pss": peak / 2**20,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--clients", default="10,100,1000")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--head-samples", type=int, default=1500)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--report", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker, args.rounds, args.head_samples, args.report)
+        return
+    counts = [int(c) for c in args.clients.split(",")]
+    runs: dict[int, list[dict]] = {n: [] for n in counts}
+    for _ in range(args.repeats):
+        for n in counts:  # alternating
+            runs[n].append(measure(n, args))
+    med = {n: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for n, rs in runs.items()}
+    base = med[counts[0]]
+    keys = ("setup", "first", "round", "pss")
+    print(
+        f"synthetic, head_samples={args.head_samples}, iid, sample_fraction=0.1, "
+        f"{args.rounds} rounds, medians of {args.repeats}; ratios to {counts[0]} clients"
+    )
+    print(
+        f"{'clients':>8s} "
+        + " ".join(f"{k:>14s}" for k in ("setup s", "1st round s", "round s", "PSS MiB"))
+    )
+    for n, m in med.items():
+        cells = [f"{m[k]:7.2f} ({m[k] / base[k]:4.2f}x)" for k in keys]
+        print(f"{n:8d} " + " ".join(f"{c:>14s}" for c in cells))
+
+
+if __name__ == "__main__":
+    main()
