@@ -157,7 +157,8 @@ def _run_until_checkpoint(config: Path, out: Path, rounds: int) -> subprocess.Po
 
 def test_ctrl_c_exits_130_and_says_how_to_resume(tmp_path):
     config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump(tiny(rounds=12, checkpoint=True)))
+    # many rounds: the run is interrupted after the first, so it must not be able to finish
+    config.write_text(yaml.safe_dump(tiny(rounds=500, checkpoint=True)))
     proc = _run_until_checkpoint(config, tmp_path / "run", 1)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
