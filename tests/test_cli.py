@@ -144,6 +144,9 @@ def _run_until_checkpoint(config: Path, out: Path, rounds: int) -> subprocess.Po
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # a shell's background job (CI scripts, `nohup ... &`) ignores SIGINT, and an ignored
+        # signal is inherited: give the run Python's usual Ctrl-C handling back
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     manifest = out / "checkpoint" / "latest.json"
     deadline = time.time() + 120
@@ -161,7 +164,10 @@ def test_ctrl_c_exits_130_and_says_how_to_resume(tmp_path):
     config.write_text(yaml.safe_dump(tiny(rounds=500, checkpoint=True)))
     proc = _run_until_checkpoint(config, tmp_path / "run", 1)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
     assert proc.returncode == 130
     assert "fedkit resume" in err and "Traceback" not in err
 
