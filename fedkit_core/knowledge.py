@@ -41,7 +41,14 @@ from torch import nn
 
 from fedkit_core.errors import FedkitError
 from fedkit_core.models.networks import CIFAR_RESNETS, CifarResNet, load_state_file
-from fedkit_core.priors import IMAGENET_MEAN, IMAGENET_STD, FrozenEncoder, load_matching
+from fedkit_core.priors import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    FrozenEncoder,
+    load_matching,
+    open_clip_model,
+    open_clip_preprocess,
+)
 
 CIFAR10_CLASSES = (
     "airplane",
@@ -308,25 +315,15 @@ def _open_clip_zero_shot(
         ) from None
     if name not in open_clip.list_models():
         raise FedkitError(f"open_clip has no model named {name!r}")
-    try:
-        model = open_clip.create_model(name, pretrained=weights, device="cpu")
-    except Exception as err:
-        raise FedkitError(
-            f"open_clip could not load {name!r} with pretrained={weights!r} ({err}). Offline, "
-            "give the path of a downloaded open_clip checkpoint: open_clip:NAME@FILE"
-        ) from None
+    model = open_clip_model(name, weights)
     tokenizer = open_clip.get_tokenizer(name)
     model.eval()
     with torch.no_grad():
         text = model.encode_text(tokenizer([f"a photo of a {c}." for c in classes]))
         text = F.normalize(text.float(), dim=-1)
     tower = model.visual
-    cfg = getattr(tower, "preprocess_cfg", {}) or {}
-    size = tower.image_size
-    size = int(size[0] if isinstance(size, (tuple, list)) else size)
-    mean = tuple(cfg.get("mean", open_clip.OPENAI_DATASET_MEAN))
-    std = tuple(cfg.get("std", open_clip.OPENAI_DATASET_STD))
-    return _ZeroShot(tower, text), size, mean, std
+    size, (mean, std) = open_clip_preprocess(tower)
+    return _ZeroShot(tower, text), size, tuple(mean), tuple(std)
 
 
 class _ZeroShot(nn.Module):

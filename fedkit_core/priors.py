@@ -251,25 +251,38 @@ def _build(kind: str, name: str) -> tuple[nn.Module, int, tuple[Sequence[float],
     return net, 224, (IMAGENET_MEAN, IMAGENET_STD)
 
 
-def _open_clip_tower(
-    name: str, weights: str | None
-) -> tuple[nn.Module, int, tuple[Sequence[float], Sequence[float]]]:
+def open_clip_model(name: str, weights: str | None) -> nn.Module:
+    """An open_clip model (image and text towers) on the CPU, with a clear error when the
+    weights cannot be had (offline: pass the path of a downloaded checkpoint)."""
     import open_clip
 
     try:
-        model = open_clip.create_model(name, pretrained=weights, device="cpu")
+        return open_clip.create_model(name, pretrained=weights, device="cpu")
     except Exception as err:
         raise FedkitError(
             f"open_clip could not build {name!r} with pretrained={weights!r}: {err}. Offline, "
             "pass the path of a downloaded open_clip checkpoint"
         ) from None
-    tower = model.visual
+
+
+def open_clip_preprocess(tower: nn.Module) -> tuple[int, tuple[Sequence[float], Sequence[float]]]:
+    """The image size and (mean, std) an open_clip image tower expects."""
+    import open_clip
+
     cfg = getattr(tower, "preprocess_cfg", {}) or {}
     size = tower.image_size
     size = int(size[0] if isinstance(size, (tuple, list)) else size)
     mean = cfg.get("mean", open_clip.OPENAI_DATASET_MEAN)
     std = cfg.get("std", open_clip.OPENAI_DATASET_STD)
-    return tower, size, (mean, std)
+    return size, (mean, std)
+
+
+def _open_clip_tower(
+    name: str, weights: str | None
+) -> tuple[nn.Module, int, tuple[Sequence[float], Sequence[float]]]:
+    tower = open_clip_model(name, weights).visual
+    size, norm = open_clip_preprocess(tower)
+    return tower, size, norm
 
 
 def _probe_dim(net: nn.Module, size: int) -> int:
