@@ -30,6 +30,20 @@ CORE_OPTIONS: tuple[Option, ...] = (
     Option("clients", int, None, "number of clients (default: one per site, else 4)"),
     Option("sample_fraction", float, 1.0, "fraction of clients sampled each round"),
     Option("min_clients", int, None, "fewest successful clients per round (default: all)"),
+    Option(
+        "client_timeout",
+        float,
+        None,
+        "seconds one client may take for one message before it counts as failed "
+        "(default: no limit); the same on every engine",
+    ),
+    Option(
+        "client_retries",
+        int,
+        0,
+        "times a failed client message (error, timeout, process exit) is re-sent, from the "
+        "client's state before it, before the client counts as failed for the round",
+    ),
     Option("local_epochs", int, 1, "local epochs per round"),
     Option("batch_size", int, 32, "local training batch size"),
     Option("eval_batch_size", int, 256, "evaluation batch size"),

@@ -110,7 +110,12 @@ _RANGES: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...] = (
         lambda v: 1 <= v <= MAX_IMAGE_SIZE,
         f"in [1, {MAX_IMAGE_SIZE}] (or null: no resizing)",
     ),
-    (("seed", "min_clients", "partition.min_size"), lambda v: v >= 0, "0 or more"),
+    (
+        ("seed", "min_clients", "partition.min_size", "client_retries"),
+        lambda v: v >= 0,
+        "0 or more",
+    ),
+    (("client_timeout",), lambda v: v > 0, "above 0 (or null: no limit)"),
     (("lr", "partition.alpha"), lambda v: v > 0, "above 0"),
     (("partition.alphas", "partition.fractions"), lambda v: all(x > 0 for x in v), "all above 0"),
     (("sample_fraction",), lambda v: 0 < v <= 1, "in (0, 1]"),
