@@ -165,9 +165,9 @@ def fedkit_client_priors(client):
     if segmentation and tuple(knowledge.labels.shape[1:]) != tuple(size):
         priors["fedhelp.probs"] = _resize_maps(priors["fedhelp.probs"], size)
         masks = priors["fedhelp.labels"][:, None].float()
-        priors["fedhelp.labels"] = F.interpolate(masks, size=tuple(size), mode="nearest")[
-            :, 0
-        ].to(torch.int16)
+        priors["fedhelp.labels"] = F.interpolate(masks, size=tuple(size), mode="nearest")[:, 0].to(
+            torch.int16
+        )
     return priors
 
 
@@ -190,7 +190,9 @@ def fedkit_extend_model(model, ctx):
         return
     role = roles.known_at_setup(ctx)
     if role is not False:  # large, or possibly large later (num_large)
-        model.add_extra(LARGE, roles.Gated(_large_model(ctx), bool(role)), private=True, input="image")
+        model.add_extra(
+            LARGE, roles.Gated(_large_model(ctx), bool(role)), private=True, input="image"
+        )
     if role is True:
         return
     samples, apis, classes = ctx.priors["fedhelp.probs"].shape[:3]

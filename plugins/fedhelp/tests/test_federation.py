@@ -110,7 +110,9 @@ def test_num_large_the_server_ranks_reported_sizes_each_client_learns_its_role(
     fractions = {"kind": "fractions", "fractions": [0.2, 0.5, 0.3]}
     options = {"knowledge": str(knowledge_file), "num_large": 1, "large_model": "cnn"}
     spy = Spy()
-    results = run(tiny(plugins=["fedhelp"], partition=fractions, fedhelp=options), plugins={"spy": spy})
+    results = run(
+        tiny(plugins=["fedhelp"], partition=fractions, fedhelp=options), plugins={"spy": spy}
+    )
     first, second = (r["train"] for r in results.rounds)
     assert all("loss.fedhelp.public" in t for t in first.values())  # roles unknown in round 1
     assert "loss.fedhelp.kd_b" in second["c1"] and "loss.fedhelp.public" not in second["c1"]
