@@ -94,7 +94,7 @@ def test_flower_engine_runs_different_architectures_per_node(knowledge_file):
 
 
 def test_roles_from_own_size_and_bad_settings(knowledge_file):
-    cfg = config(knowledge_file)
+    cfg = {**config(knowledge_file), "model": "cnn"}
     cfg["fedhelp"] = {"knowledge": str(knowledge_file), "large_min_size": 10**6}
     results = run({**cfg, "rounds": 1})
     assert all("loss.fedhelp.public" in t for t in results.rounds[0]["train"].values())
@@ -110,9 +110,8 @@ def test_num_large_the_server_ranks_reported_sizes_each_client_learns_its_role(
     fractions = {"kind": "fractions", "fractions": [0.2, 0.5, 0.3]}
     options = {"knowledge": str(knowledge_file), "num_large": 1, "large_model": "cnn"}
     spy = Spy()
-    results = run(
-        tiny(plugins=["fedhelp"], partition=fractions, fedhelp=options), plugins={"spy": spy}
-    )
+    cfg = tiny(plugins=["fedhelp"], partition=fractions, fedhelp=options, batch_size=32)
+    results = run(cfg, plugins={"spy": spy})
     first, second = (r["train"] for r in results.rounds)
     assert all("loss.fedhelp.public" in t for t in first.values())  # roles unknown in round 1
     assert "loss.fedhelp.kd_b" in second["c1"] and "loss.fedhelp.public" not in second["c1"]
