@@ -36,3 +36,16 @@ def test_classes_are_separate_objects_and_unknown_pixels_weigh_one():
     assert batch.shape == (2, 1, 3) and torch.allclose(batch[1], torch.from_numpy(w))
     with pytest.raises(ValueError):
         weight_map(np.zeros((2, 2, 2), int))
+
+
+def test_many_objects_match_a_brute_force_reference():
+    rng = np.random.default_rng(0)
+    mask = np.zeros((40, 90), int)
+    mask[::2, ::2] = rng.random((20, 45)) > 0.9  # single pixels, never 8-adjacent
+    objects = [np.argwhere(mask == 1)[i] for i in range(int(mask.sum()))]
+    yy, xx = np.mgrid[:40, :90]
+    dist = np.sort([np.hypot(yy - y, xx - x) for y, x in objects], axis=0)
+    n, n1 = mask.size, mask.sum()
+    balance = np.where(mask == 1, n / (2 * n1), n / (2 * (n - n1)))
+    expected = balance + 10 * np.exp(-((dist[0] + dist[1]) ** 2) / 50)
+    assert np.allclose(weight_map(mask), expected, atol=1e-5)

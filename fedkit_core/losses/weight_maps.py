@@ -8,7 +8,9 @@
 * ``d1``, ``d2``: Euclidean distances (in pixels) to the nearest and the second-nearest
   object, an object being a connected component (8-connected) of one foreground class
   (labels > 0); the distance to an object is 0 on it. With fewer than two objects ``d2`` is
-  infinite and the border term is 0.
+  infinite and the border term is 0. Distances beyond ``6 sigma`` count as infinite (the
+  term they would give is below ``1.5e-7 * w0``), so that each object's distances are only
+  computed near it.
 
 FedHelp's segmentation variant weights its per-pixel losses with these maps (w0 = 10,
 sigma = 5, as the U-Net paper and FedHelp). Pixels labelled ``ignore`` (unknown) weigh 1.
@@ -21,6 +23,9 @@ import torch
 from scipy import ndimage
 
 EIGHT = np.ones((3, 3), dtype=bool)
+#: objects farther than REACH * sigma count as absent: their border term would be below
+#: w0 * exp(-REACH^2 / 2) = 1.5e-7 * w0
+REACH = 6.0
 
 
 def weight_map(
@@ -36,22 +41,33 @@ def weight_map(
     for c, n in zip(classes, counts, strict=True):
         weights[mask == c] = known.sum() / (len(classes) * n)
     if w0:
-        d1, d2 = _two_nearest(mask, known)
+        d1, d2 = _two_nearest(mask, known, REACH * sigma)
         weights += w0 * np.exp(-((d1 + d2) ** 2) / (2.0 * sigma**2))
     weights[~known] = 1.0
     return weights.astype(np.float32)
 
 
-def _two_nearest(mask: np.ndarray, known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distances to the nearest and second-nearest object (inf where there is none)."""
+def _two_nearest(
+    mask: np.ndarray, known: np.ndarray, reach: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Distances to the nearest and second-nearest object (inf where there is none, or
+    where an object is farther than ``reach``: each object's distances are computed in its
+    bounding box widened by ``reach``, which makes the maps' cost grow with the objects'
+    size rather than with their number times the image)."""
     d1 = np.full(mask.shape, np.inf)
     d2 = np.full(mask.shape, np.inf)
+    margin = int(np.ceil(reach))
     for c in np.unique(mask[known & (mask > 0)]):
-        objects, count = ndimage.label(mask == c, structure=EIGHT)
-        for i in range(1, count + 1):
-            d = ndimage.distance_transform_edt(objects != i)
-            d2 = np.minimum(d2, np.maximum(d1, d))
-            d1 = np.minimum(d1, d)
+        objects, _ = ndimage.label(mask == c, structure=EIGHT)
+        for i, box in enumerate(ndimage.find_objects(objects), start=1):
+            window = tuple(
+                slice(max(s.start - margin, 0), min(s.stop + margin, n))
+                for s, n in zip(box, mask.shape, strict=True)
+            )
+            d = ndimage.distance_transform_edt(objects[window] != i)
+            near, second = d1[window], d2[window]
+            d2[window] = np.minimum(second, np.maximum(near, d))
+            d1[window] = np.minimum(near, d)
     return d1, d2
 
 
