@@ -105,10 +105,11 @@ def test_segmentation_knowledge_is_per_pixel_half_precision(tmp_path, capsys):
     assert (otsu == public.labels).mean() > 0.9  # the stand-in finds the bright blobs
     out = tmp_path / "k.npz"
     args = ["knowledge", "build", "--public", str(fake_public_seg(tmp_path)), "--api", "otsu"]
-    assert main([*args, "--out", str(out)]) == 0
-    assert "per pixel" in capsys.readouterr().out
+    assert main([*args, "--set", "task.image_size=8", "--out", str(out)]) == 0
+    assert "per pixel (8 x 8" in capsys.readouterr().out  # stored at the task's size
     back = load_knowledge(out)
     assert back.segmentation and back.probs.dtype == np.float16 and back.labels.dtype == np.int16
+    assert back.probs.shape == (6, 1, 2, 8, 8) and back.images.shape == (6, 8, 8, 3)
 
 
 def test_segmentation_api_from_a_user_factory_and_bad_specs(tmp_path, monkeypatch):
