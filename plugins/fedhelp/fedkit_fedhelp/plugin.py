@@ -173,7 +173,7 @@ def fedkit_client_priors(client):
 
 def _resize_maps(probs: torch.Tensor, size) -> torch.Tensor:
     """Per-pixel probabilities (P, M, K, H, W) resized (bilinear) to ``size``, in chunks."""
-    p, m, k = probs.shape[:3]
+    m, k = probs.shape[1:3]
     out = [
         F.interpolate(chunk.float().flatten(0, 1), size=tuple(size), mode="bilinear")
         .view(len(chunk), m, k, *size)
