@@ -70,11 +70,10 @@ def auto_workers(sampled: int, cores: int, threads: int, device: torch.device) -
     least 2 (on the CPU); else 0 (clients in the engine's process).
 
     Each worker keeps the engine process's thread count, so parallel clients change no
-    result; they pay where cores would otherwise idle. On the anchor job
-    (``benchmarks/parallel_clients.py``) torch's intra-op threads do not scale a client's
-    small convolutions over many cores, while clients in parallel do; on 2 cores at 2
-    threads (this rule's serial case) two 1-thread workers gave no gain worth the changed
-    last bits (see docs/engines.md)."""
+    result (torch's kernels may sum in an order that depends on the thread count); they
+    use cores that one client's intra-op threads would leave idle. Splitting the threads
+    instead (``local.threads``) is the user's choice: ``benchmarks/parallel_clients.py``
+    measures both on the anchor job."""
     if device.type != "cpu":
         return 0
     count = min(sampled, cores // max(threads, 1))
