@@ -67,7 +67,7 @@ def test_workers_with_fewer_threads_equal_serial_clients_with_as_few():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        one = run(tiny(rounds=2))
+        one = run(tiny(rounds=2, local={"workers": 0}))
     finally:
         torch.set_num_threads(threads)
     _same(run(config), one)
@@ -93,7 +93,9 @@ def test_workers_setting():
             parse_workers(bad)
     cpu = torch.device("cpu")
     assert auto_workers(sampled=10, cores=2, threads=2, device=cpu) == 0  # 2 cores: serial
-    assert auto_workers(sampled=10, cores=2, threads=1, device=cpu) == 2
+    assert auto_workers(sampled=10, cores=2, threads=1, device=cpu) == 0
+    assert auto_workers(sampled=10, cores=4, threads=1, device=cpu) == 4
+    assert auto_workers(sampled=10, cores=4, threads=1, device=cpu, objects=True) == 0
     assert auto_workers(sampled=10, cores=16, threads=2, device=cpu) == 8
     assert auto_workers(sampled=3, cores=16, threads=2, device=cpu) == 3
     assert auto_workers(sampled=1, cores=16, threads=2, device=cpu) == 0

@@ -33,7 +33,7 @@ from fedkit_core.federation import prepare
 from fedkit_core.messages import Message
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.options import Option
-from fedkit_core.plugins import PluginSet
+from fedkit_core.plugins import PluginSet, installed
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir
 
@@ -87,8 +87,9 @@ class LocalEngine:
             str,
             "auto",
             "worker processes the clients run in: 0 (in this process, one after the other), "
-            "a count, or auto (as many as the cores hold at local.threads each, when that is "
-            "2 or more, on the CPU; else 0); client_timeout needs at least 1",
+            "a count, or auto (as many as the cores hold at local.threads each when that is "
+            "2 or more, on a CPU of 4 or more cores, without run(plugins=...) objects; else "
+            "0); client_timeout needs at least 1",
         ),
         Option(
             "threads",
@@ -112,7 +113,7 @@ class LocalEngine:
         started = time.perf_counter()
         setting = parse_workers(cfg["local.workers"])
         fed = prepare(cfg, plugins)
-        count = _worker_count(cfg, setting, len(fed.clients), fed.device)
+        count = _worker_count(cfg, setting, plugins, len(fed.clients), fed.device)
         server = Server(cfg, plugins, fed.task, fed.device, observer)
         model = shared_model(server, plugins)
         clients = {
@@ -136,13 +137,16 @@ class LocalEngine:
             pool.close()
 
 
-def _worker_count(cfg: Config, setting: int | None, clients: int, device: torch.device) -> int:
+def _worker_count(
+    cfg: Config, setting: int | None, plugins: PluginSet, clients: int, device: torch.device
+) -> int:
     """The worker processes of a run: ``local.workers`` (``auto``: :func:`auto_workers`),
     at least one with ``client_timeout``, never more than clients."""
     if setting is None:
         sampled = min(clients, max(1, round_half_up(cfg["sample_fraction"] * clients)))
         threads = cfg["local.threads"] or torch.get_num_threads()
-        setting = auto_workers(sampled, cpu_cores(), threads, device)
+        objects = bool(set(plugins.active) - set(installed()))
+        setting = auto_workers(sampled, cpu_cores(), threads, device, objects)
     if cfg["client_timeout"] is not None:
         setting = max(setting, 1)
     if setting and device.type != "cpu":

@@ -48,6 +48,11 @@ from fedkit_core.messages import Message
 
 log = logging.getLogger("fedkit")
 
+#: the fewest cores on which ``local.workers=auto`` runs clients in parallel: on 2 cores the
+#: engine's process (aggregation, pooled evaluation, pickling the messages) would compete
+#: with the workers, and a gain there is not established (see docs/engines.md)
+AUTO_MIN_CORES = 4
+
 
 def parse_workers(value: Any) -> int | None:
     """``local.workers``: a count >= 0 (0: clients run in the engine's process) or ``auto``
@@ -64,17 +69,22 @@ def parse_workers(value: Any) -> int | None:
     return count
 
 
-def auto_workers(sampled: int, cores: int, threads: int, device: torch.device) -> int:
+def auto_workers(
+    sampled: int, cores: int, threads: int, device: torch.device, objects: bool = False
+) -> int:
     """The worker processes ``local.workers=auto`` uses: as many as the cores hold at
     ``threads`` intra-op threads each, at most one per sampled client, when that is at
-    least 2 (on the CPU); else 0 (clients in the engine's process).
+    least 2, on the CPU, with at least :data:`AUTO_MIN_CORES` cores, and no throwaway plugin
+    ``objects`` (``run(plugins=...)``); else 0 (clients in the engine's process).
 
     Each worker keeps the engine process's thread count, so parallel clients change no
     result (torch's kernels may sum in an order that depends on the thread count); they
-    use cores that one client's intra-op threads would leave idle. Splitting the threads
-    instead (``local.threads``) is the user's choice: ``benchmarks/parallel_clients.py``
-    measures both on the anchor job."""
-    if device.type != "cpu":
+    use cores that one client's intra-op threads would leave idle. A throwaway plugin
+    object may record what its hooks saw in itself, which a worker's copy would hide from
+    its caller (tests do), so those runs stay in-process unless ``local.workers`` is set.
+    Splitting the threads instead (``local.threads``) is the user's choice:
+    ``benchmarks/parallel_clients.py`` measures both on the anchor job."""
+    if device.type != "cpu" or objects or cores < AUTO_MIN_CORES:
         return 0
     count = min(sampled, cores // max(threads, 1))
     return count if count >= 2 else 0
