@@ -2,8 +2,10 @@
 local engine then agrees with Flower, whose node context keeps its last state), and every
 client failing is a clear error even when ``min_clients=0`` tolerates any number."""
 
+import faulthandler
 import os
 import re
+import signal
 import time
 
 import pytest
@@ -105,6 +107,9 @@ class Fault:
             raise RuntimeError("site1 broke")
         if self.kind == "hang":
             time.sleep(10 * TIMEOUT)
+        if self.kind == "segfault":
+            faulthandler.disable()  # no traceback dump in the test's output
+            os.kill(os.getpid(), signal.SIGSEGV)
         os._exit(3)
 
     @hookimpl
@@ -116,6 +121,7 @@ ERRORS = {
     "raise": "RuntimeError: site1 broke",
     "hang": f"no reply within client_timeout={TIMEOUT:g} s",
     "exit": r"the client's process exited \(exit code 3\)",
+    "segfault": "the client's process was killed by SIGSEGV",
 }
 
 
@@ -125,7 +131,7 @@ def _faulty(kind, **overrides):
     config = tiny(**{"rounds": 2, "min_clients": 2, **overrides})
     if kind == "hang":
         config["client_timeout"] = TIMEOUT
-    if kind == "exit":
+    if kind in ("exit", "segfault"):
         config["local"] = {"workers": 1}
     return config
 
@@ -135,7 +141,7 @@ def clean():
     return run(tiny(rounds=2), plugins={"fault": Fault()})
 
 
-@pytest.mark.parametrize("kind", ["raise", "hang", "exit"])
+@pytest.mark.parametrize("kind", ["raise", "hang", "exit", "segfault"])
 def test_a_failed_client_fails_for_its_round_and_comes_back(kind):
     results = run(_faulty(kind), plugins={"fault": Fault(kind)})
     [event] = results["events"]
