@@ -132,9 +132,12 @@ class LocalEngine:
         threads = cfg["local.threads"] or torch.get_num_threads()
         pool = WorkerTransport(clients, observer, stores, cfg, count, threads)
         try:
-            return drive(server, pool, clients, plugins, run_dir, resume=resume, started=started)
-        finally:
-            pool.close()
+            results = drive(server, pool, clients, plugins, run_dir, resume=resume, started=started)
+        except BaseException:  # Ctrl-C or a failed run: no message in flight is worth waiting for
+            pool.close(wait=False)
+            raise
+        pool.close()
+        return results
 
 
 def _worker_count(

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import copyreg
+import ctypes
 import io
 import logging
 import multiprocessing
@@ -161,6 +162,7 @@ def with_attempts(error: str, attempts: int) -> str:
 
 def _serve(
     conn: Connection,
+    parent_ends: list[Connection],
     clients: dict[str, ClientRuntime],
     stores: dict[str, ClientCheckpoints] | None,
     threads: int,
@@ -172,6 +174,9 @@ def _serve(
     fork-safe: a forked process's main thread inherits a team whose threads do not exist
     and hangs in its first parallel op. A thread started after the fork builds its own."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the engine's process handles Ctrl-C
+    _die_with_parent()
+    for end in parent_ends:  # so that this worker sees EOF when the engine's process ends
+        end.close()
     server = threading.Thread(target=_answer, args=(conn, clients, stores, threads, keep))
     server.start()
     server.join()
@@ -206,7 +211,23 @@ def _answer(
             reply, taken = _failed(message, err), None
         else:
             reply, taken = deliver(client, message, store, keep_before=keep, snapshot=keep)
-        conn.send_bytes(_dumps((_portable(reply), taken)))
+        try:
+            conn.send_bytes(_dumps((_portable(reply), taken)))
+        except OSError:  # the engine's process is gone
+            return
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when the engine's process dies (killed by a signal,
+    it cannot stop its workers); elsewhere the closed pipe ends them when idle."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def _dumps(obj: Any) -> bytes:
@@ -291,13 +312,16 @@ class WorkerTransport:
         self.setups: dict[str, Message] = {}  # each client's setup message (for rebuilds)
         self.snapshots: dict[str, dict[str, Any] | None] = {}  # last shipped-back state
         self.stale: set[str] = set()  # clients whose worker was forked afresh since setup
-        self.workers = [self._fork(k) for k in range(count)]
+        self.workers: list[_Worker] = []
+        for k in range(count):
+            self.workers.append(self._fork(k))
 
     def _fork(self, k: int) -> _Worker:
         ours, theirs = multiprocessing.Pipe()
+        parent_ends = [ours, *(w.conn for w in self.workers)]
         process = multiprocessing.get_context("fork").Process(
             target=_serve,
-            args=(theirs, self.clients, self.stores, self.threads, self.keep),
+            args=(theirs, parent_ends, self.clients, self.stores, self.threads, self.keep),
             name=f"fedkit-worker-{k}",
             daemon=True,
         )
@@ -400,9 +424,12 @@ class WorkerTransport:
             log.warning("a worker process died; the state of its clients is lost")
         self.stale.update(lost)
 
-    def close(self) -> None:
-        """Stop every worker (politely, then by force)."""
+    def close(self, wait: bool = True) -> None:
+        """Stop every worker: ask it to end and wait for it (a few seconds at most), or with
+        ``wait=False`` kill it at once."""
         for worker in self.workers:
+            if not wait:
+                worker.process.kill()
             with contextlib.suppress(OSError):
                 worker.conn.send_bytes(_dumps(None))
         for worker in self.workers:
