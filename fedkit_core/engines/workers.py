@@ -335,10 +335,11 @@ class WorkerTransport:
         for cid in messages:
             self.workers[self.home[cid]].queue.append(cid)
         while len(results) < len(messages):
+            lost: list[tuple[int, str, Message]] = []
             for k, worker in enumerate(self.workers):
                 if worker.busy is None and worker.queue:
-                    self._start(k, worker.queue.popleft(), messages)
-            for k, cid, reply in self._next_replies():
+                    lost += self._start(k, worker.queue.popleft(), messages)
+            for k, cid, reply in lost or self._next_replies():
                 attempts[cid] += 1
                 reply.kind = reply.kind or messages[cid].kind
                 if reply.error is not None and attempts[cid] <= self.retries:
@@ -354,9 +355,12 @@ class WorkerTransport:
                 self.observer.on_phase(round_, phase, len(results), len(messages))
         return {cid: results[cid] for cid in messages}
 
-    def _start(self, k: int, cid: str, messages: dict[str, Message]) -> None:
+    def _start(
+        self, k: int, cid: str, messages: dict[str, Message]
+    ) -> list[tuple[int, str, Message]]:
         """Send ``cid``'s message to its worker ``k`` (rebuilding the client there first
-        when the worker was forked afresh since the client's setup)."""
+        when the worker was forked afresh since the client's setup). A worker found dead
+        while idle is replaced, and the message fails as if it had died with it."""
         message = messages[cid]
         if message.kind == "setup":
             scalars = {key: v for key, v in message.scalars.items() if key != RESUME_KEY}
@@ -367,14 +371,16 @@ class WorkerTransport:
             request = (cid, message, (self.setups[cid], self.snapshots.get(cid)))
         try:
             self.workers[k].conn.send_bytes(_dumps(request))
-        except OSError:  # the worker died while idle: fork its successor and send there
+        except OSError:
+            self.workers[k].process.join(timeout=5)
+            error = _exit_text(self.workers[k].process.exitcode)
             self._replace(k)
-            self._start(k, cid, messages)
-            return
+            return [(k, cid, Message("", error=error))]
         self.stale.discard(cid)
         worker = self.workers[k]
         worker.busy = cid
         worker.deadline = time.monotonic() + self.timeout if self.timeout else float("inf")
+        return []
 
     def _next_replies(self) -> list[tuple[int, str, Message]]:
         """Wait for the next replies of busy workers, as ``(worker, client id, reply)``:
