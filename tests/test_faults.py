@@ -174,3 +174,13 @@ def test_too_few_clients_left_after_the_retries_is_a_clear_error():
         "(failed 2 attempts)"
     )
     assert err.value.exit_code == 2
+
+
+def test_a_new_worker_rebuilds_its_clients_from_their_checkpoint_folders(clean, tmp_path):
+    """With checkpoints, workers ship back only where their clients' snapshots are."""
+    fault = Fault("exit", once=tmp_path / "failed-once")
+    config = _faulty("exit", client_retries=1, checkpoint=True)
+    results = run(config, plugins={"fault": fault}, out=tmp_path / "run")
+    assert fault.once.exists() and results["events"] == []
+    assert results.rounds[1]["train"] == clean.rounds[1]["train"]
+    assert results.final["global"] == clean.final["global"]

@@ -17,7 +17,9 @@ The server sends each worker its clients' messages one at a time and waits for t
   would have given, and N workers give the results of serial clients bit for bit.
 
 Snapshots are shipped back only when the run survives a failed client (``min_clients`` set
-or ``client_retries`` > 0); otherwise the first failure stops the run anyway.
+or ``client_retries`` > 0; otherwise the first failure stops the run anyway), and only
+their round when the run checkpoints: the worker has just written them to the client's
+checkpoint folder, where its successor reads them.
 """
 
 from __future__ import annotations
@@ -205,12 +207,16 @@ def _answer(
             if rebuild is not None:  # this process was forked afresh: set the client up again
                 setup, snapshot = rebuild
                 client.handle(setup)
+                if snapshot is not None and STORED in snapshot:
+                    snapshot = store.load(snapshot[STORED])
                 if snapshot is not None:
                     restore_client(client, snapshot)
         except Exception as err:
             reply, taken = _failed(message, err), None
         else:
             reply, taken = deliver(client, message, store, keep_before=keep, snapshot=keep)
+            if taken is not None and store is not None:  # in its checkpoint folder already
+                taken = {STORED: taken["round"]}
         try:
             conn.send_bytes(_dumps((_portable(reply), taken)))
         except OSError:  # the engine's process is gone
@@ -228,6 +234,9 @@ def _die_with_parent() -> None:
 
 
 _PR_SET_PDEATHSIG = 1
+
+#: a shipped-back snapshot that is the newest of its round in the client's checkpoint folder
+STORED = "stored_round"
 
 
 def _dumps(obj: Any) -> bytes:
@@ -310,7 +319,8 @@ class WorkerTransport:
         self.threads = threads
         self.home: dict[str, int] = {cid: k % count for k, cid in enumerate(clients)}
         self.setups: dict[str, Message] = {}  # each client's setup message (for rebuilds)
-        self.snapshots: dict[str, dict[str, Any] | None] = {}  # last shipped-back state
+        #: each client's last state, shipped back (or where in its checkpoint folder it is)
+        self.snapshots: dict[str, dict[str, Any] | None] = {}
         self.stale: set[str] = set()  # clients whose worker was forked afresh since setup
         self.workers: list[_Worker] = []
         for k in range(count):
