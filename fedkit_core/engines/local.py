@@ -1,4 +1,6 @@
-"""The in-process engine: clients are objects in this process, messages are method calls.
+"""The local engine: clients are objects in this process, messages are method calls; or,
+with ``local.workers`` or ``client_timeout``, in forked worker processes
+(:mod:`fedkit_core.engines.workers`).
 
 Checkpoints follow :mod:`fedkit_core.engines.checkpoint` like every engine's: the server
 commits its snapshot after each round; each client writes its own snapshot after each
