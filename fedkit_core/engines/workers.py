@@ -36,6 +36,7 @@ import pickle
 import signal
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -272,10 +273,13 @@ class _Pickler(pickle.Pickler):
 
 def _portable(reply: Message) -> Message:
     """``reply`` with an exception that survives pickling (else a stand-in of its kind:
-    a FedkitError stays one, anything else stays a bug)."""
+    a FedkitError stays one, anything else stays a bug), its traceback in the worker kept
+    as a note (``--debug`` shows it)."""
     err = reply.exception
     if err is None:
         return reply
+    if err.__traceback__ is not None:
+        err.add_note("in the client's worker process:\n" + "".join(traceback.format_exception(err)))
     try:
         pickle.loads(_dumps(err))
     except Exception:
