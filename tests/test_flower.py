@@ -208,34 +208,42 @@ def test_too_few_clients_left_is_a_clear_error():
 
 
 class FakeGrid:
-    """A Grid whose nodes reply, fail or stay silent, for transport tests."""
+    """A Grid whose nodes reply, fail or stay silent, for transport tests; a node that is
+    ``"flaky"`` fails its first message and answers the next."""
 
     def __init__(self, behaviour: dict[int, str]):
         self.behaviour = behaviour
+        self.replies: dict[str, object] = {}
+        self.sent: list[int] = []
 
     def get_node_ids(self):
         return list(self.behaviour)
 
-    def send_and_receive(self, messages, *, timeout=None):
+    def push_messages(self, messages):
         from flwr.app import Error
         from flwr.app import Message as FlowerMessage
 
-        replies = []
-        for number, message in enumerate(messages):
-            message.metadata.__dict__["_message_id"] = f"m{number}"  # as Flower's push does
-            what = self.behaviour[message.metadata.dst_node_id]
+        ids = []
+        for message in messages:
+            mid = f"m{len(self.sent)}"
+            message.metadata.__dict__["_message_id"] = mid  # as Flower's push does
+            node = message.metadata.dst_node_id
+            self.sent.append(node)
+            what = self.behaviour[node]
+            if what == "flaky":
+                what = "error" if self.sent.count(node) == 1 else "ok"
             if what == "ok":
                 echo = from_records(message.content, "fit")
                 reply = FlowerMessage(to_records(echo), reply_to=message)
-                source = message.metadata.dst_node_id
             elif what == "error":  # Flower's own error reply: it comes from the SuperLink
                 reply = FlowerMessage(Error(code=5, reason="node unavailable"), reply_to=message)
-                source = 1
-            else:
-                continue
-            reply.metadata.__dict__["_src_node_id"] = source
-            replies.append(reply)
-        return replies
+            if what != "silent":
+                self.replies[mid] = reply
+            ids.append(mid)
+        return ids
+
+    def pull_messages(self, message_ids):
+        return [self.replies.pop(mid) for mid in message_ids if mid in self.replies]
 
 
 def test_transport_turns_silent_and_erroring_nodes_into_failed_replies():
@@ -247,6 +255,17 @@ def test_transport_turns_silent_and_erroring_nodes_into_failed_replies():
     assert replies["a"].scalars == sent.scalars and replies["a"].error is None
     assert "Flower error 5: node unavailable" in replies["b"].error
     assert "no reply within 0.5 s" in replies["c"].error
+
+
+def test_transport_resends_failed_messages_client_retries_times():
+    grid = FakeGrid({2: "ok", 3: "flaky", 4: "error"})
+    transport = FlowerTransport(grid, Observer(), retries=2)
+    transport.nodes = {"a": 2, "b": 3, "c": 4}
+    sent = Message("fit", {"w": torch.arange(3.0)}, {"round": 1})
+    replies = transport.send({"a": sent, "b": sent, "c": sent})
+    assert replies["a"].error is None and replies["b"].error is None  # healed by a retry
+    assert "node unavailable" in replies["c"].error
+    assert sorted(grid.sent) == [2, 3, 3, 4, 4, 4]  # only failed messages are sent again
 
 
 def test_waiting_for_missing_supernodes_fails_clearly():
@@ -355,7 +374,8 @@ def _flower_processes() -> set[int]:
         except OSError:
             continue
         if state != "Z" and any(
-            name in cmdline for name in ("flower-", "flwr-", "fedkit_core.cli flower")
+            name in cmdline
+            for name in ("flower-", "flwr-", "fedkit_core.cli flower", "fedkit_core.engines.flower")
         ):
             found.add(int(entry.name))
     return found

@@ -9,7 +9,9 @@
 #   bash examples/flower/deploy_local.sh OUT_DIR [extra `fedkit flower submit` options]
 #
 # PYTHON (default: python3) is the interpreter with fedkit and flwr installed; INSECURE=1
-# runs without TLS and node authentication (plain HTTP: only to debug the script).
+# runs without TLS and node authentication (plain HTTP: only to debug the script);
+# SUPERNODE_ARGS adds options to each `fedkit flower supernode` (e.g. --no-warm: Flower's
+# fresh ClientApp process per message, as before fedkit's warm SuperNode).
 set -euo pipefail
 
 if [ $# -lt 1 ]; then
@@ -96,7 +98,8 @@ for k in $(seq 0 $((NODES - 1))); do
     AUTH=(--auth-key "$KEYS/node$k")
   fi
   start "supernode$k" "$PYTHON" -m fedkit_core.cli flower supernode --superlink "$SUPERLINK" \
-    --partition-id "$k" --port "$(free_port)" "${NODE_TLS[@]}" "${AUTH[@]}"
+    --partition-id "$k" --port "$(free_port)" "${NODE_TLS[@]}" "${AUTH[@]}" \
+    ${SUPERNODE_ARGS:-}
 done
 
 fedkit flower submit --superlink "$SUPERLINK" "${NODE_TLS[@]}" --nodes "$NODES" \

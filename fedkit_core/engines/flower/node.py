@@ -191,7 +191,40 @@ class ClientSide:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["source"])
 
+    def abandon(self, context: Context) -> None:
+        """Give up on a message of ``context``'s node that is still running (it missed
+        ``client_timeout``): its client is rebuilt from the context for the next message,
+        and the next message does not wait for the abandoned one."""
+        self.clients.pop((context.run_id, context.node_id), None)
+        self.lock = threading.Lock()
+
     def __call__(self, message: FlowerMessage, context: Context) -> FlowerMessage:
+        timeout = self._deployed_timeout(context)
+        if timeout is None:
+            return self._answer(message, context)
+        # a deployed node runs each message in a process of its own: a message that misses
+        # client_timeout is answered as failed, and its thread ends with the process
+        work = copy.deepcopy(context)
+        outcome: list[FlowerMessage] = []
+        thread = threading.Thread(
+            target=lambda: outcome.append(self._answer(message, work)), daemon=True
+        )
+        thread.start()
+        thread.join(timeout)
+        if not outcome:
+            error = f"no reply within {timeout:g} s (client_timeout)"
+            reply = Message(kind_of(message.metadata.message_type), error=error)
+            return FlowerMessage(to_records(reply), reply_to=message)
+        context.state = work.state
+        return outcome[0]
+
+    def _deployed_timeout(self, context: Context) -> float | None:
+        """``client_timeout`` on a deployed node (a simulation's backend enforces it)."""
+        if self.source.config is not None or CONFIG_KEY not in context.run_config:
+            return None
+        return json.loads(str(context.run_config[CONFIG_KEY])).get("client_timeout")
+
+    def _answer(self, message: FlowerMessage, context: Context) -> FlowerMessage:
         kind = "query"
         try:
             kind = kind_of(message.metadata.message_type)
@@ -238,6 +271,7 @@ def make_client_app(source: Source | None = None) -> ClientApp:
     """A Flower ClientApp that answers fedkit's messages (see :class:`ClientSide`)."""
     app = ClientApp()
     side = ClientSide(source or Source())
+    app.fedkit_side = side  # type: ignore[attr-defined]  # for the backends' timeouts
     app.query("fedkit_describe")(side)
     app.query("fedkit_setup")(side)
     app.query()(side)
