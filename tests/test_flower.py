@@ -385,22 +385,40 @@ def _flower_processes() -> set[int]:
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to list processes")
 def test_loopback_deployment_gives_the_local_results_and_leaves_no_process(tmp_path):
     """The loopback deployment runs as a real one does: TLS, and SuperNode authentication
-    with each node's key registered (nodes would not be admitted otherwise)."""
+    with each node's key registered; a node whose key is not registered is refused. One
+    client raises in round 1 and another's ClientApp process exits in round 2: each retry
+    (client_retries=1) heals it, so the results are still the local engine's."""
     before = _flower_processes()
     out = tmp_path / "deployed"
+    attempts = tmp_path / "attempts"
+    attempts.mkdir()
+    plugin = Path(__file__).parent / "fault_plugin"
     env = {
         **os.environ,
         "PYTHON": sys.executable,
-        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join(
+            [str(plugin), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
+        ),
+        "INTRUDER": "1",
     }
+    faults = ["--plugin", "test-faults", "--set", "test-faults.faults=[raise:site1:1,exit:site0:2]"]
+    faults += ["--set", f"test-faults.dir={attempts}", "--set", "client_retries=1"]
     script = REPO_ROOT / "examples" / "flower" / "deploy_local.sh"
     done = subprocess.run(
-        ["bash", str(script), str(out), "-q"], env=env, capture_output=True, text=True, timeout=900
+        ["bash", str(script), str(out), "-q", *faults],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert _flower_processes() - before == set()
+    intruder = done.stdout.split("---- intruder.log (why it stopped)")[1]
+    assert "Failed to activate SuperNode" in intruder, intruder
     deployed = json.loads((out / "results.json").read_text())
-    assert deployed["status"] == "complete"
+    assert deployed["status"] == "complete" and deployed["events"] == []
+    assert sorted(p.name for p in attempts.iterdir()) == ["site0-r2", "site1-r1"]
+    assert all(p.stat().st_size == 2 for p in attempts.iterdir())  # failed once, then healed
     assert (out / "metrics.csv").is_file()
     import yaml
 

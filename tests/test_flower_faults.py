@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,57 @@ def test_ray_workers_that_exit_or_hang_fail_alone_and_retries_heal_them(faults):
     assert [(e["round"], e["client"]) for e in ray["events"]] == [(2, "site2")]
     assert "process exited" in ray["events"][0]["error"]
     assert_same_run(local, ray, tol=1e-5)
+
+
+def _deployed_call(monkeypatch, answer):
+    """What a deployed node's ClientApp replies when answering a message does ``answer``."""
+    from flwr.app import ConfigRecord, Context, RecordDict
+    from flwr.app import Message as FlowerMessage
+
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fedkit_core.engines.flower import node
+    from fedkit_core.engines.flower.records import from_records
+
+    monkeypatch.setattr(TaskIdentity, "_run_id", 1)  # as in a ClientApp process
+    monkeypatch.setattr(TaskIdentity, "_node_id", 2)
+    monkeypatch.setattr(TaskIdentity, "_task_id", 3)
+    monkeypatch.setattr(node.ClientSide, "_answer", lambda self, m, c: answer(m, c))
+    config = json.dumps({"client_timeout": 2.0})
+    context = Context(
+        1, 2, {}, RecordDict({"kept": ConfigRecord({"v": 1})}), {"fedkit-config": config}
+    )
+    message = FlowerMessage(RecordDict(), dst_node_id=2, message_type="train")
+    reply = node.ClientSide(node.Source())(message, context)
+    return from_records(reply.content, "fit"), dict(context.state.config_records["kept"])
+
+
+def test_a_deployed_node_answers_a_hung_or_exited_client_as_failed(monkeypatch):
+    """Each message runs in a forked child: its reply and state come back; a child that hangs
+    past client_timeout is killed, one that exits is noticed, and the state is kept."""
+    from flwr.app import ConfigRecord
+    from flwr.app import Message as FlowerMessage
+
+    from fedkit_core.engines.flower.records import to_records
+    from fedkit_core.messages import Message
+
+    def fine(message, context):
+        context.state["kept"] = ConfigRecord({"v": 2})
+        return FlowerMessage(to_records(Message("fit", scalars={"loss": 0.5})), reply_to=message)
+
+    def hang(message, context):
+        context.state["kept"] = ConfigRecord({"v": 3})
+        time.sleep(60)
+
+    def die(message, context):
+        context.state["kept"] = ConfigRecord({"v": 4})
+        os._exit(3)
+
+    reply, state = _deployed_call(monkeypatch, fine)
+    assert reply.error is None and reply.scalars == {"loss": 0.5} and state == {"v": 2}
+    started = time.monotonic()
+    reply, state = _deployed_call(monkeypatch, hang)
+    assert reply.error == "no reply within 2 s (client_timeout)" and state == {"v": 1}
+    assert time.monotonic() - started < 30
+    reply, state = _deployed_call(monkeypatch, die)
+    assert reply.error == "the client's process exited (status 3)" and state == {"v": 1}
