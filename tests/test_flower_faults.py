@@ -117,7 +117,7 @@ def test_ray_workers_that_exit_or_hang_fail_alone_and_retries_heal_them(faults):
     config = tiny(rounds=2, min_clients=2, client_retries=1)
     ray = run(
         flower(
-            {**config, "client_timeout": 30},
+            {**config, "client_timeout": 20},
             backend="ray",
             **faults("exit:site0:1", "hang:site1:2", "exit:site2:2:2"),
         )
@@ -132,7 +132,6 @@ def _deployed_call(monkeypatch, answer):
     """What a deployed node's ClientApp replies when answering a message does ``answer``."""
     from flwr.app import ConfigRecord, Context, RecordDict
     from flwr.app import Message as FlowerMessage
-
     from flwr.supercore.task_identity import TaskIdentity
 
     from fedkit_core.engines.flower import node
@@ -180,3 +179,11 @@ def test_a_deployed_node_answers_a_hung_or_exited_client_as_failed(monkeypatch):
     assert time.monotonic() - started < 30
     reply, state = _deployed_call(monkeypatch, die)
     assert reply.error == "the client's process exited (status 3)" and state == {"v": 1}
+
+
+def test_flower_timeout_is_gone_in_favour_of_client_timeout():
+    from fedkit_core import FedkitError
+    from fedkit_core.resolve import resolve_config
+
+    with pytest.raises(FedkitError, match="unknown config key 'flower.timeout'.*client_timeout"):
+        resolve_config({"engine": "flower", "flower": {"timeout": 5}})

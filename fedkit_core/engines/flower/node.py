@@ -217,6 +217,13 @@ class ClientSide:
         ``client_timeout`` (killed) or whose process exits gets a failed reply at once,
         and the node's context keeps the state from before the message."""
         timeout = self.source.config_for(context).get("client_timeout")
+        try:  # the node's data and client, kept by a long-lived process (a warm SuperNode)
+            with self.lock:
+                client = self.client(context)
+                if SETUP in context.state:
+                    client.current(context)  # built once, then brought to the context's state
+        except Exception:  # noqa: BLE001 - the child meets it again and replies with it
+            pass
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: answer, send the reply and the context's state, leave

@@ -21,6 +21,7 @@ worker whose process exits is replaced too, so only the client it was serving fa
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import sys
@@ -200,10 +201,8 @@ def fedkit_ray_backend() -> type[Backend]:
             so that ``client_timeout`` counts the client's work, not a worker's start."""
             calls = [a.run.remote(self.app_fn, None, "warm-up", None) for a in actors]
             for call in calls:
-                try:
+                with contextlib.suppress(Exception):  # the app has no message: it raises
                     ray.get(call)
-                except Exception:  # noqa: BLE001 - the app has no message: it raises
-                    pass
 
         def _replace(self, actor: Any) -> None:
             """A fresh (warm) worker in place of ``actor``, which hung or died."""
