@@ -110,16 +110,16 @@ def test_thread_backend_faults_without_retries_fail_only_that_client(faults, tmp
 
 @pytest.mark.slow
 def test_ray_workers_that_exit_or_hang_fail_alone_and_retries_heal_them(faults):
-    """site0's worker process exits and site1 hangs (each once: healed by the retry); site2's
-    worker exits on both attempts: only site2 fails its round, as a client that raises
-    twice does on the local engine."""
+    """site0's worker process exits, site1 raises, then hangs (each once: healed by the
+    retry); site2's worker exits on both attempts: only site2 fails its round, as a client
+    that raises on every attempt does on the local engine."""
     pytest.importorskip("ray")
     config = tiny(rounds=2, min_clients=2, client_retries=1)
     ray = run(
         flower(
             {**config, "client_timeout": 20},
             backend="ray",
-            **faults("exit:site0:1", "hang:site1:2", "exit:site2:2:2"),
+            **faults("exit:site0:1", "raise:site1:1", "hang:site1:2", "exit:site2:2:2"),
         )
     )
     local = run({**config, **faults("raise:site2:2:9")})
