@@ -227,11 +227,15 @@ class ClientSide:
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: answer, send the reply and the context's state, leave
-            os.close(read)
-            reply = self._answer(message, context)
-            with os.fdopen(write, "wb") as pipe:
-                pickle.dump((reply.content, context.state), pipe)
-            os._exit(0)
+            code = 1
+            try:
+                os.close(read)
+                reply = self._answer(message, context)
+                with os.fdopen(write, "wb") as pipe:
+                    pickle.dump((reply.content, context.state), pipe)
+                code = 0
+            finally:  # never back into the parent's code, whatever happened
+                os._exit(code)
         os.close(write)
         data, missed = _read_all(read, timeout)
         if missed:
