@@ -2,8 +2,9 @@
 carries extra round trips as Flower messages, survives failing clients and resumes runs.
 
 Most runs use the ``thread`` backend (Flower's simulation runtime without Ray: fast and in
-this process, so throwaway plugins work); the Ray backend and the loopback deployment are
-exercised by the tests marked ``slow``.
+this process, so throwaway plugins work); the loopback deployment is exercised by a test
+marked ``slow``, the Ray backend by one in test_flower_faults.py (its faulty run, healed by
+retries, gives the local engine's results).
 """
 
 from __future__ import annotations
@@ -354,13 +355,6 @@ def test_fed_lwr_gives_the_local_engines_results():
 
 
 # ---------------------------------------------------------------------- slow
-
-
-@pytest.mark.slow
-def test_ray_backend_gives_the_local_engines_results():
-    pytest.importorskip("ray")
-    config = tiny(rounds=2)
-    assert_same_results(run(config), run(flower(config, backend="ray")), tol=1e-5)
 
 
 def _flower_processes() -> set[int]:
