@@ -110,8 +110,9 @@ def supernode(
     warm: bool = typer.Option(
         True,
         "--warm/--no-warm",
-        help="start each message's ClientApp process as a fork of a warm one and poll "
-        "every 0.1 s (default); --no-warm: Flower's own fresh process and 0.5-3 s polls",
+        help="run the ClientApp in one long-lived executor (data and client kept; each "
+        "message answered in a fork of it) and poll every 0.1 s (default); --no-warm: "
+        "Flower's fresh flwr-clientapp process per message and 0.5-3 s polls",
     ),
 ) -> None:
     """Start a SuperNode (on a site, next to its data). Runs until stopped.
