@@ -14,7 +14,12 @@ Each variant runs in its own process tree. Printed per variant:
 
 Every variant runs with ``OMP_NUM_THREADS=1`` (unless set), as Ray's workers do.
 
+The deployment runs twice: with fedkit's warm SuperNodes (the default: each message's
+ClientApp process forked from a warm one, 0.1 s polls) and with ``--no-warm`` (Flower's own
+fresh ``flwr-clientapp`` process per message and 0.5-3 s polls, fedkit's former behaviour).
+
     python benchmarks/flower_overhead.py [--rounds 3] [--plugin fca] [--skip-deploy]
+        [--skip-simulation]
 """
 
 from __future__ import annotations
@@ -83,6 +88,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--plugin", action="append", default=[])
     parser.add_argument("--skip-deploy", action="store_true")
+    parser.add_argument("--skip-simulation", action="store_true", help="local and deployment only")
     args = parser.parse_args()
     env = {
         **os.environ,
@@ -102,6 +108,8 @@ def main() -> None:
         ],
         "flower simulation (ray)": ["run", "--engine", "flower", "--set", "flower.backend=ray"],
     }
+    if args.skip_simulation:
+        variants = {"local": variants["local"]}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for index, (name, head) in enumerate(variants.items()):
@@ -109,14 +117,17 @@ def main() -> None:
             wall, peak = measure([*fedkit, *head, *common, "--out", str(out)], env)
             rows.append((name, per_round(out), wall, peak))
         if not args.skip_deploy:
-            out = Path(tmp) / "deploy"
             script = ROOT / "examples" / "flower" / "deploy_local.sh"
             extra = ["--rounds", str(args.rounds), "-q"]
             extra += [flag for name in args.plugin for flag in ("--plugin", name)]
-            wall, peak = measure(
-                ["bash", str(script), str(out), *extra], {**env, "PYTHON": sys.executable}
-            )
-            rows.append(("flower deployment (loopback, 3 SuperNodes)", per_round(out), wall, peak))
+            for mode, nodes in (("warm", ""), ("--no-warm", "--no-warm")):
+                out = Path(tmp) / f"deploy{mode}"
+                wall, peak = measure(
+                    ["bash", str(script), str(out), *extra],
+                    {**env, "PYTHON": sys.executable, "SUPERNODE_ARGS": nodes},
+                )
+                name = f"flower deployment ({mode}, 3 SuperNodes)"
+                rows.append((name, per_round(out), wall, peak))
     base = rows[0][1]
     job = yaml.safe_load(JOB.read_text())
     print(

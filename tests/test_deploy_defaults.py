@@ -50,3 +50,13 @@ def test_a_supernode_authenticates_with_its_key(executed, certs):
     )
     assert _value(executed[0], "--auth-supernode-private-key") == str(certs / "node0")
     assert main([*args, "--insecure", "--auth-key", str(certs / "absent")]) == 2
+
+
+def test_a_supernode_is_warm_unless_told_otherwise(executed):
+    """Warm: Flower's SuperNode run by fedkit's wrapper (long-lived ClientApp executor,
+    short polls); --no-warm: Flower's own executable, as before."""
+    args = ["flower", "supernode", "--superlink", "h:1", "--partition-id", "0", "--insecure"]
+    assert main(args) == 0 and main([*args, "--no-warm"]) == 0
+    warm, plain = executed
+    assert warm[1:3] == ["-m", "fedkit_core.engines.flower.warm"]
+    assert warm[3:] == plain[1:] and plain[0].endswith("flower-supernode")

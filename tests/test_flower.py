@@ -2,8 +2,9 @@
 carries extra round trips as Flower messages, survives failing clients and resumes runs.
 
 Most runs use the ``thread`` backend (Flower's simulation runtime without Ray: fast and in
-this process, so throwaway plugins work); the Ray backend and the loopback deployment are
-exercised by the tests marked ``slow``.
+this process, so throwaway plugins work); the loopback deployment is exercised by a test
+marked ``slow``, the Ray backend by one in test_flower_faults.py (its faulty run, healed by
+retries, gives the local engine's results).
 """
 
 from __future__ import annotations
@@ -208,34 +209,42 @@ def test_too_few_clients_left_is_a_clear_error():
 
 
 class FakeGrid:
-    """A Grid whose nodes reply, fail or stay silent, for transport tests."""
+    """A Grid whose nodes reply, fail or stay silent, for transport tests; a node that is
+    ``"flaky"`` fails its first message and answers the next."""
 
     def __init__(self, behaviour: dict[int, str]):
         self.behaviour = behaviour
+        self.replies: dict[str, object] = {}
+        self.sent: list[int] = []
 
     def get_node_ids(self):
         return list(self.behaviour)
 
-    def send_and_receive(self, messages, *, timeout=None):
+    def push_messages(self, messages):
         from flwr.app import Error
         from flwr.app import Message as FlowerMessage
 
-        replies = []
-        for number, message in enumerate(messages):
-            message.metadata.__dict__["_message_id"] = f"m{number}"  # as Flower's push does
-            what = self.behaviour[message.metadata.dst_node_id]
+        ids = []
+        for message in messages:
+            mid = f"m{len(self.sent)}"
+            message.metadata.__dict__["_message_id"] = mid  # as Flower's push does
+            node = message.metadata.dst_node_id
+            self.sent.append(node)
+            what = self.behaviour[node]
+            if what == "flaky":
+                what = "error" if self.sent.count(node) == 1 else "ok"
             if what == "ok":
                 echo = from_records(message.content, "fit")
                 reply = FlowerMessage(to_records(echo), reply_to=message)
-                source = message.metadata.dst_node_id
             elif what == "error":  # Flower's own error reply: it comes from the SuperLink
                 reply = FlowerMessage(Error(code=5, reason="node unavailable"), reply_to=message)
-                source = 1
-            else:
-                continue
-            reply.metadata.__dict__["_src_node_id"] = source
-            replies.append(reply)
-        return replies
+            if what != "silent":
+                self.replies[mid] = reply
+            ids.append(mid)
+        return ids
+
+    def pull_messages(self, message_ids):
+        return [self.replies.pop(mid) for mid in message_ids if mid in self.replies]
 
 
 def test_transport_turns_silent_and_erroring_nodes_into_failed_replies():
@@ -247,6 +256,17 @@ def test_transport_turns_silent_and_erroring_nodes_into_failed_replies():
     assert replies["a"].scalars == sent.scalars and replies["a"].error is None
     assert "Flower error 5: node unavailable" in replies["b"].error
     assert "no reply within 0.5 s" in replies["c"].error
+
+
+def test_transport_resends_failed_messages_client_retries_times():
+    grid = FakeGrid({2: "ok", 3: "flaky", 4: "error"})
+    transport = FlowerTransport(grid, Observer(), retries=2)
+    transport.nodes = {"a": 2, "b": 3, "c": 4}
+    sent = Message("fit", {"w": torch.arange(3.0)}, {"round": 1})
+    replies = transport.send({"a": sent, "b": sent, "c": sent})
+    assert replies["a"].error is None and replies["b"].error is None  # healed by a retry
+    assert "node unavailable" in replies["c"].error
+    assert sorted(grid.sent) == [2, 3, 3, 4, 4, 4]  # only failed messages are sent again
 
 
 def test_waiting_for_missing_supernodes_fails_clearly():
@@ -337,13 +357,6 @@ def test_fed_lwr_gives_the_local_engines_results():
 # ---------------------------------------------------------------------- slow
 
 
-@pytest.mark.slow
-def test_ray_backend_gives_the_local_engines_results():
-    pytest.importorskip("ray")
-    config = tiny(rounds=2)
-    assert_same_results(run(config), run(flower(config, backend="ray")), tol=1e-5)
-
-
 def _flower_processes() -> set[int]:
     found = set()
     for entry in Path("/proc").iterdir():
@@ -355,7 +368,8 @@ def _flower_processes() -> set[int]:
         except OSError:
             continue
         if state != "Z" and any(
-            name in cmdline for name in ("flower-", "flwr-", "fedkit_core.cli flower")
+            name in cmdline
+            for name in ("flower-", "flwr-", "fedkit_core.cli flower", "fedkit_core.engines.flower")
         ):
             found.add(int(entry.name))
     return found
@@ -365,22 +379,40 @@ def _flower_processes() -> set[int]:
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to list processes")
 def test_loopback_deployment_gives_the_local_results_and_leaves_no_process(tmp_path):
     """The loopback deployment runs as a real one does: TLS, and SuperNode authentication
-    with each node's key registered (nodes would not be admitted otherwise)."""
+    with each node's key registered; a node whose key is not registered is refused. One
+    client raises in round 1 and another's ClientApp process exits in round 2: each retry
+    (client_retries=1) heals it, so the results are still the local engine's."""
     before = _flower_processes()
     out = tmp_path / "deployed"
+    attempts = tmp_path / "attempts"
+    attempts.mkdir()
+    plugin = Path(__file__).parent / "fault_plugin"
     env = {
         **os.environ,
         "PYTHON": sys.executable,
-        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join(
+            [str(plugin), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
+        ),
+        "INTRUDER": "1",
     }
+    faults = ["--plugin", "test-faults", "--set", "test-faults.faults=[raise:site1:1,exit:site0:2]"]
+    faults += ["--set", f"test-faults.dir={attempts}", "--set", "client_retries=1"]
     script = REPO_ROOT / "examples" / "flower" / "deploy_local.sh"
     done = subprocess.run(
-        ["bash", str(script), str(out), "-q"], env=env, capture_output=True, text=True, timeout=900
+        ["bash", str(script), str(out), "-q", *faults],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert _flower_processes() - before == set()
+    intruder = done.stdout.split("---- intruder.log (why it stopped)")[1]
+    assert "Failed to activate SuperNode" in intruder, intruder
     deployed = json.loads((out / "results.json").read_text())
-    assert deployed["status"] == "complete"
+    assert deployed["status"] == "complete" and deployed["events"] == []
+    assert sorted(p.name for p in attempts.iterdir()) == ["site0-r2", "site1-r1"]
+    assert all(p.stat().st_size == 2 for p in attempts.iterdir())  # failed once, then healed
     assert (out / "metrics.csv").is_file()
     import yaml
 

@@ -9,7 +9,12 @@
 #   bash examples/flower/deploy_local.sh OUT_DIR [extra `fedkit flower submit` options]
 #
 # PYTHON (default: python3) is the interpreter with fedkit and flwr installed; INSECURE=1
-# runs without TLS and node authentication (plain HTTP: only to debug the script).
+# runs without TLS and node authentication (plain HTTP: only to debug the script);
+# SUPERNODE_ARGS adds options to each `fedkit flower supernode` (e.g. --no-warm: Flower's
+# fresh ClientApp process per message, as before fedkit's warm SuperNode). INTRUDER=1 (with
+# TLS) also starts a fourth SuperNode whose key is not registered: the SuperLink must refuse
+# it (the run would stop with "4 SuperNodes are connected" otherwise); the script then
+# prints the intruder's log lines that say why it stopped.
 set -euo pipefail
 
 if [ $# -lt 1 ]; then
@@ -73,7 +78,7 @@ if [ "${INSECURE:-0}" = 1 ]; then
   LINK_TLS=(--insecure)
   NODE_TLS=(--insecure)
 else  # TLS, and node authentication (on by default with TLS)
-  "$PYTHON" "$HERE/throwaway_keys.py" "$KEYS" "$NODES"
+  "$PYTHON" "$HERE/throwaway_keys.py" "$KEYS" $((NODES + 1))  # node$NODES: never registered
   LINK_TLS=(--ca-cert "$KEYS/ca.crt" --cert "$KEYS/server.crt" --key "$KEYS/server.key")
   NODE_TLS=(--ca-cert "$KEYS/ca.crt")
   "$PYTHON" -c 'import sys; from pathlib import Path
@@ -88,6 +93,10 @@ for _ in $(seq 150); do  # until the SuperLink accepts connections
   fi
   sleep 0.2
 done
+if [ "${INTRUDER:-0}" = 1 ] && [ "${INSECURE:-0}" != 1 ]; then
+  start intruder "$PYTHON" -m fedkit_core.cli flower supernode --superlink "$SUPERLINK" \
+    --partition-id 0 --port "$(free_port)" "${NODE_TLS[@]}" --auth-key "$KEYS/node$NODES"
+fi
 for k in $(seq 0 $((NODES - 1))); do
   AUTH=()
   if [ "${INSECURE:-0}" != 1 ]; then  # register the node's public key, then it may join
@@ -96,8 +105,13 @@ for k in $(seq 0 $((NODES - 1))); do
     AUTH=(--auth-key "$KEYS/node$k")
   fi
   start "supernode$k" "$PYTHON" -m fedkit_core.cli flower supernode --superlink "$SUPERLINK" \
-    --partition-id "$k" --port "$(free_port)" "${NODE_TLS[@]}" "${AUTH[@]}"
+    --partition-id "$k" --port "$(free_port)" "${NODE_TLS[@]}" "${AUTH[@]}" \
+    ${SUPERNODE_ARGS:-}
 done
 
 fedkit flower submit --superlink "$SUPERLINK" "${NODE_TLS[@]}" --nodes "$NODES" \
   --config "$HERE/deploy_local.yaml" --out "$OUT" "$@"
+if [ "${INTRUDER:-0}" = 1 ] && [ -f "$WORK/intruder.log" ]; then
+  echo "---- intruder.log (why it stopped)"
+  grep -E "Exit Code|Failed to" "$WORK/intruder.log" || true
+fi

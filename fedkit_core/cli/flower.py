@@ -8,6 +8,7 @@ for it. The step by step, TLS included, is in docs/engines.md.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import typer
@@ -106,6 +107,13 @@ def supernode(
         help="this node's private key (its public key registered on the SuperLink with "
         "`flwr supernode register`), needed when the SuperLink authenticates nodes",
     ),
+    warm: bool = typer.Option(
+        True,
+        "--warm/--no-warm",
+        help="run the ClientApp in one long-lived executor (data and client kept; each "
+        "message answered in a fork of it) and poll every 0.1 s (default); --no-warm: "
+        "Flower's fresh flwr-clientapp process per message and 0.5-3 s polls",
+    ),
 ) -> None:
     """Start a SuperNode (on a site, next to its data). Runs until stopped.
 
@@ -115,6 +123,8 @@ def supernode(
 
     tls = _tls(insecure, ca_cert)
     command = supernode_command(superlink, partition_id, data_path, port, tls, auth_key)
+    if warm:  # Flower's SuperNode, run by fedkit's wrapper (fedkit_core/engines/flower/warm.py)
+        command = [sys.executable, "-m", "fedkit_core.engines.flower.warm", *command[1:]]
     _exec([*command, *ctx.args])
 
 

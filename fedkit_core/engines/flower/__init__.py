@@ -49,14 +49,6 @@ OPTIONS = (
         min=1,
     ),
     Option("wait", float, 300.0, "seconds to wait for the SuperNodes to connect", min=0),
-    Option(
-        "timeout",
-        float,
-        None,
-        "seconds to wait for the replies to one message; a client that has not replied by "
-        "then counts as failed (default: wait until every node replies or is reported gone)",
-        min=0.001,
-    ),
 )
 
 

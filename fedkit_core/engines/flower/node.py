@@ -17,6 +17,10 @@ setup message resumes a run.
 A process keeps the clients it built in memory and reloads a client's state only when the
 context holds a newer version, so a worker that serves a node repeatedly pays nothing.
 
+On a deployed node each message is answered in a forked child of the ClientApp process: a
+client that misses ``client_timeout`` is killed, one whose process exits is noticed at once,
+and either way the node replies "failed" with its context as before the message.
+
 Which client a node serves: its node config's ``partition-id`` indexes the clients that
 fedkit's partition of the node's data yields (every node of a simulation, or nodes holding a
 copy of the whole data); a node whose data yields a single client (a site holding only its
@@ -27,7 +31,12 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import pickle
+import select
+import signal
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -191,7 +200,59 @@ class ClientSide:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["source"])
 
+    def abandon(self, context: Context) -> None:
+        """Give up on a message of ``context``'s node that is still running (it missed
+        ``client_timeout``): its client is rebuilt from the context for the next message,
+        and the next message does not wait for the abandoned one."""
+        self.clients.pop((context.run_id, context.node_id), None)
+        self.lock = threading.Lock()
+
     def __call__(self, message: FlowerMessage, context: Context) -> FlowerMessage:
+        if self.source.config is None and hasattr(os, "fork"):  # deployed
+            return self._in_child(message, context)
+        return self._answer(message, context)
+
+    def _in_child(self, message: FlowerMessage, context: Context) -> FlowerMessage:
+        """Answer ``message`` in a forked child process, so that a client that hangs past
+        ``client_timeout`` (killed) or whose process exits gets a failed reply at once,
+        and the node's context keeps the state from before the message."""
+        timeout = self.source.config_for(context).get("client_timeout")
+        try:  # the node's data and client, kept by a long-lived process (a warm SuperNode)
+            with self.lock:
+                client = self.client(context)
+                if SETUP in context.state:
+                    client.current(context)  # built once, then brought to the context's state
+        except Exception:  # noqa: BLE001 - the child meets it again and replies with it
+            pass
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: answer, send the reply and the context's state, leave
+            code = 1
+            try:
+                os.close(read)
+                reply = self._answer(message, context)
+                with os.fdopen(write, "wb") as pipe:
+                    pickle.dump((reply.content, context.state), pipe)
+                code = 0
+            finally:  # never back into the parent's code, whatever happened
+                os._exit(code)
+        os.close(write)
+        data, missed = _read_all(read, timeout)
+        if missed:
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        error = None
+        if missed:
+            error = f"no reply within {timeout:g} s (client_timeout)"
+        elif not data:
+            error = f"the client's process exited (status {os.waitstatus_to_exitcode(status)})"
+        if error is not None:
+            failed = Message(kind_of(message.metadata.message_type), error=error)
+            return FlowerMessage(to_records(failed), reply_to=message)
+        content, context.state = pickle.loads(data)
+        return FlowerMessage(content, reply_to=message)
+
+    def _answer(self, message: FlowerMessage, context: Context) -> FlowerMessage:
         kind = "query"
         try:
             kind = kind_of(message.metadata.message_type)
@@ -234,10 +295,30 @@ class ClientSide:
         return self.clients[node]
 
 
+def _read_all(fd: int, timeout: float | None) -> tuple[bytes, bool]:
+    """Everything written to pipe ``fd`` until it closes; and whether ``timeout`` passed
+    first."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    chunks = []
+    with os.fdopen(fd, "rb", buffering=0) as pipe:
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return b"", True
+            ready, _, _ = select.select([pipe], [], [], left)
+            if not ready:
+                continue
+            chunk = pipe.read(1 << 20)
+            if not chunk:
+                return b"".join(chunks), False
+            chunks.append(chunk)
+
+
 def make_client_app(source: Source | None = None) -> ClientApp:
     """A Flower ClientApp that answers fedkit's messages (see :class:`ClientSide`)."""
     app = ClientApp()
     side = ClientSide(source or Source())
+    app.fedkit_side = side  # type: ignore[attr-defined]  # for the backends' timeouts
     app.query("fedkit_describe")(side)
     app.query("fedkit_setup")(side)
     app.query()(side)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from typing import Any
 
-from flwr.app import Context
+from flwr.app import Context, Error
 from flwr.app import Message as FlowerMessage
 from flwr.serverapp import Grid
 
@@ -31,24 +32,51 @@ from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir
 from fedkit_core.tasks.base import TaskInfo
 
+#: seconds a deployed client's reply may take beyond ``client_timeout`` (transfer and
+#: polling) before the server stops waiting for it; the node enforces the timeout itself
+DELIVERY_SLACK = 15.0
+
 
 class FlowerTransport:
     """Delivers fedkit messages as Flower messages through ``grid``.
 
     A client whose node replies with an error, is reported gone by Flower, or has not replied
-    after ``timeout`` seconds gets a failed reply (``error`` set); the server records it and
-    goes on while ``min_clients`` clients remain.
+    within ``deadline`` seconds gets a failed reply (``error`` set). A failed message is sent
+    again up to ``retries`` times (the node's context still holds the client's state from
+    before it, so a retry starts from there); then the server records the failure and goes
+    on while ``min_clients`` clients remain.
+
+    ``deadline`` is the server's own limit per message (None: wait until the node replies or
+    is reported gone); the per-client ``client_timeout`` is enforced where the client runs
+    (the simulation backends, a deployed node's executor), since a simulation may serve its
+    clients one after another.
     """
 
-    def __init__(self, grid: Grid, observer: Observer, timeout: float | None = None):
+    def __init__(
+        self,
+        grid: Grid,
+        observer: Observer,
+        deadline: float | None = None,
+        retries: int = 0,
+    ):
         self.grid = grid
         self.observer = observer
-        self.timeout = timeout
+        self.deadline = deadline
+        self.retries = retries
         self.nodes: dict[str, int] = {}  # client id -> node id
         self.setup_scalars: dict[str, Any] = {}  # added to every setup message
 
     def send(self, messages: dict[str, Message]) -> dict[str, Message]:
         replies = self.exchange({self.nodes[cid]: m for cid, m in messages.items()})
+        for _ in range(self.retries):
+            failed = {
+                self.nodes[cid]: message
+                for cid, message in messages.items()
+                if replies[self.nodes[cid]].error is not None
+            }
+            if not failed:
+                break
+            replies.update(self.exchange(failed))
         return {cid: replies[self.nodes[cid]] for cid in messages}
 
     def exchange(self, messages: dict[int, Message]) -> dict[int, Message]:
@@ -63,37 +91,60 @@ class FlowerTransport:
                 message = Message(
                     "setup", message.arrays, {**message.scalars, **self.setup_scalars}
                 )
+            extra = {} if self.deadline is None else {"ttl": self.deadline}
             outgoing.append(
                 FlowerMessage(
                     to_records(message),
                     dst_node_id=node,
                     message_type=MESSAGE_TYPES[message.kind],
                     group_id=str(rnd),
-                    # a client that misses the timeout must not train on into the next round
-                    ttl=self.timeout,
+                    # a client that misses the deadline must not train on into the next round
+                    **extra,
                 )
             )
-        replies = list(self.grid.send_and_receive(outgoing, timeout=self.timeout))
-        # by the message answered: Flower's own error replies (node gone, message expired)
-        # come from the SuperLink, not from the node
-        received = {reply.metadata.reply_to_message_id: reply for reply in replies}
+        received = self._collect(outgoing)
         out: dict[int, Message] = {}
         for (node, message), sent in zip(messages.items(), outgoing):
             reply = received.get(sent.metadata.message_id)
             if reply is None:
                 out[node] = Message(
-                    message.kind, error=f"no reply within {self.timeout} s (node {node})"
+                    message.kind, error=f"no reply within {self.deadline} s (node {node})"
                 )
             elif reply.has_error():
-                error = reply.error
-                out[node] = Message(
-                    message.kind, error=f"Flower error {error.code}: {error.reason}"
-                )
+                out[node] = Message(message.kind, error=_error_text(reply.error))
             else:
                 out[node] = from_records(reply.content, message.kind)
         phase = str(first.scalars.get("query", first.kind))
         self.observer.on_phase(rnd, phase, len(messages), len(messages))
         return out
+
+    def _collect(self, outgoing: list[FlowerMessage]) -> dict[str, FlowerMessage]:
+        """Push ``outgoing`` and pull the replies, by the id of the message they answer,
+        until all came or the deadline passed. Polls fast, then backs off (0.01 s to
+        0.5 s): a reply is seen soon after it arrives without loading the SuperLink."""
+        ids = {str(mid) for mid in self.grid.push_messages(outgoing) if mid}
+        stop = None if self.deadline is None else time.monotonic() + self.deadline
+        received: dict[str, FlowerMessage] = {}
+        pause = 0.01
+        while ids:
+            # by the message answered: Flower's own error replies (node gone, message
+            # expired) come from the SuperLink, not from the node
+            for reply in self.grid.pull_messages(list(ids)):
+                received[reply.metadata.reply_to_message_id] = reply
+                ids.discard(reply.metadata.reply_to_message_id)
+            if not ids or (stop is not None and time.monotonic() > stop):
+                break
+            time.sleep(pause)
+            pause = min(0.5, pause * 1.5)
+        return received
+
+
+def _error_text(error: Error) -> str:
+    """A Flower error reply as text: a ClientApp's exception as its message alone."""
+    raised = re.search(r"ClientAppException occurred\. Message: (.*)'>$", error.reason, re.S)
+    if raised:
+        return raised.group(1).strip()
+    return f"Flower error {error.code}: {error.reason}"
 
 
 def wait_for_nodes(grid: Grid, wanted: int, patience: float) -> list[int]:
@@ -168,7 +219,11 @@ def serve(
     clients from their own checkpoints)."""
     started = time.perf_counter()
     opts = cfg.section("flower")
-    transport = FlowerTransport(grid, observer, opts["timeout"])
+    timeout = cfg["client_timeout"]
+    # in a simulation the backend enforces client_timeout per client (it may serve them one
+    # after another); deployed nodes run side by side, so the server bounds each message too
+    deadline = timeout + DELIVERY_SLACK if deployed and timeout is not None else None
+    transport = FlowerTransport(grid, observer, deadline, cfg["client_retries"])
     task = describe(transport, wait_for_nodes(grid, nodes, opts["wait"]))
     server = Server(cfg, plugin_set, task, pick_device(cfg["device"]), observer, deployed)
     transport.setup_scalars = {TASK_KEY: json.dumps(task.to_dict())}

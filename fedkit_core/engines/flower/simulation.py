@@ -10,12 +10,22 @@ Two backends execute the ClientApps:
   the same Flower simulation runtime (SuperLink state, grid, node contexts, message queues);
   it starts at once and needs no Ray. Flower 1.41 hard-wires Ray as the runtime's backend,
   so this backend is put in its place while the run lasts (see :func:`_backend`).
+
+Both enforce ``client_timeout`` per client message where the client runs (the server cannot:
+the thread backend serves clients one after another). A client that misses it gets a failed
+reply, and its node context keeps the state from before the message (so a retry, with
+``client_retries``, starts from there): the thread backend abandons the message's thread (a
+daemon: it cannot keep the process alive) and a Ray worker is killed and replaced. A Ray
+worker whose process exits is replaced too, so only the client it was serving fails.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import logging
 import sys
+import threading
 import types
 import warnings
 from collections.abc import Callable, Iterator
@@ -75,7 +85,8 @@ def simulate(
         outcome["results"] = serve(grid, cfg, plugin_set, run_dir, observer, nodes, resume=resume)
 
     backend_config = {
-        "client_resources": {"num_cpus": opts["client_cpus"], "num_gpus": opts["client_gpus"]}
+        "client_resources": {"num_cpus": opts["client_cpus"], "num_gpus": opts["client_gpus"]},
+        FEDKIT_KEY: {"client_timeout": cfg["client_timeout"]},
     }
     with _backend(opts["backend"]) as name, _quiet_flower():
         try:
@@ -94,16 +105,31 @@ def simulate(
     return outcome["results"]
 
 
+FEDKIT_KEY = "fedkit"  # fedkit's part of the backend config
+
+
+def _timeout_of(backend_config: dict[str, Any]) -> float | None:
+    return backend_config.get(FEDKIT_KEY, {}).get("client_timeout")
+
+
+def _missed(timeout: float | None) -> ClientAppException:
+    return ClientAppException(f"no reply within {timeout:g} s (client_timeout)")
+
+
 class ThreadBackend(Backend):
-    """Runs each ClientApp call in the runtime's worker thread, one message at a time.
+    """Runs each ClientApp call in a thread of this process, one message at a time.
 
     One at a time keeps runs deterministic: clients seed torch's global generator before
-    building their model, which concurrent threads would interleave.
+    building their model, which concurrent threads would interleave. Each call gets a
+    daemon thread of its own and a copy of the node context, so a call that misses
+    ``client_timeout`` is abandoned without touching the context or keeping the process
+    alive; a client that calls ``sys.exit`` fails like one that raises.
     """
 
     def __init__(self, backend_config: dict[str, Any]) -> None:
         super().__init__(backend_config)
         self.app_fn: Callable[[], ClientApp] | None = None
+        self.timeout = _timeout_of(backend_config)
 
     def build(self, app_fn: Callable[[], ClientApp]) -> None:
         self.app_fn = app_fn
@@ -123,36 +149,120 @@ class ThreadBackend(Backend):
     ) -> tuple[FlowerMessage, Context]:
         if self.app_fn is None:
             raise RuntimeError("ThreadBackend.build() was not called")
-        try:
-            return self.app_fn()(message=message, context=context), context
-        except Exception as err:  # what Flower's Ray workers raise, so the runtime replies
-            raise ClientAppException(str(err)) from err
+        app = self.app_fn()
+        work = copy.deepcopy(context)
+        outcome: dict[str, Any] = {}
+
+        def call() -> None:
+            try:
+                outcome["reply"] = app(message=message, context=work)
+            except BaseException as err:  # noqa: BLE001 - SystemExit too: the client exited
+                outcome["error"] = err
+
+        thread = threading.Thread(target=call, name="fedkit-client", daemon=True)
+        thread.start()
+        thread.join(self.timeout)
+        if thread.is_alive():
+            side = getattr(app, "fedkit_side", None)
+            if side is not None:
+                side.abandon(context)
+            raise _missed(self.timeout)
+        if "error" in outcome:  # what Flower's Ray workers raise, so the runtime replies
+            err = outcome["error"]
+            text = f"the client exited ({err})" if isinstance(err, SystemExit) else str(err)
+            raise ClientAppException(text) from err
+        return outcome["reply"], work
+
+
+def fedkit_ray_backend() -> type[Backend]:
+    """Flower's Ray backend with a per-client timeout and workers that fail alone.
+
+    Flower 1.41's own waits for a worker without limit and puts a worker whose process died
+    back into its pool, where it fails every later message it is given. Here a worker that
+    misses ``client_timeout`` is killed, and a missing or dead worker is replaced by a fresh
+    one; only the message it was serving fails.
+    """
+    import ray
+    from flwr.common.constant import PARTITION_ID_KEY
+    from flwr.server.superlink.fleet.vce.backend.raybackend import RayBackend
+
+    class FedkitRayBackend(RayBackend):
+        def __init__(self, backend_config: dict[str, Any]) -> None:
+            self.timeout = _timeout_of(backend_config)
+            super().__init__({k: v for k, v in backend_config.items() if k != FEDKIT_KEY})
+
+        def build(self, app_fn: Callable[[], ClientApp]) -> None:
+            super().build(app_fn)
+            assert self.pool is not None
+            self._warm(list(self.pool.pool))
+
+        def _warm(self, actors: list[Any]) -> None:
+            """Have ``actors`` load the ClientApp (imports) before they serve a message,
+            so that ``client_timeout`` counts the client's work, not a worker's start."""
+            calls = [a.run.remote(self.app_fn, None, "warm-up", None) for a in actors]
+            for call in calls:
+                with contextlib.suppress(Exception):  # the app has no message: it raises
+                    ray.get(call)
+
+        def _replace(self, actor: Any) -> None:
+            """A fresh (warm) worker in place of ``actor``, which hung or died."""
+            assert self.pool is not None
+            ray.kill(actor)
+            fresh = self.pool.create_actor_fn()
+            self._warm([fresh])
+            self.pool.pool.append(fresh)
+
+        def process_message(
+            self, message: FlowerMessage, context: Context
+        ) -> tuple[FlowerMessage, Context]:
+            if self.pool is None or self.app_fn is None:
+                raise RuntimeError("FedkitRayBackend.build() was not called")
+            pool = self.pool
+            actor = pool.pool.pop()  # one worker thread per actor: never empty here
+            partition = str(context.node_config[PARTITION_ID_KEY])
+            future = actor.run.remote(self.app_fn, message, partition, context)
+            try:
+                _, reply, updated = ray.get(future, timeout=self.timeout)
+            except ray.exceptions.GetTimeoutError:
+                self._replace(actor)
+                raise _missed(self.timeout) from None
+            except ray.exceptions.RayActorError as err:
+                self._replace(actor)
+                raise ClientAppException(f"the client's process exited ({err})") from None
+            except Exception:
+                pool.pool.append(actor)
+                raise
+            pool.pool.append(actor)
+            return reply, updated
+
+    return FedkitRayBackend
 
 
 @contextmanager
 def _backend(name: str) -> Iterator[str]:
-    """The backend name to pass to ``run_simulation``, with the thread backend installed.
+    """The backend name to pass to ``run_simulation``, with fedkit's backend installed.
 
     Flower 1.41's simulation runtime always imports ``RayBackend`` from
-    :data:`RAY_BACKEND_MODULE` when it starts; for ``thread``, that module is replaced by
-    one whose ``RayBackend`` is :class:`ThreadBackend` until the run ends.
+    :data:`RAY_BACKEND_MODULE` when it starts; that module is replaced until the run ends
+    by one whose ``RayBackend`` is :class:`ThreadBackend` (``thread``) or
+    :func:`fedkit_ray_backend` (``ray``).
     """
     if name == "ray":
         try:
-            import ray  # noqa: F401
+            backend = fedkit_ray_backend()
         except ImportError:
             raise FedkitError(
                 "flower.backend=ray needs Ray: pip install 'fedkit[flower]' "
                 "(or set flower.backend=thread)"
             ) from None
-        yield "ray"
-        return
+    else:
+        backend = ThreadBackend
     stand_in = types.ModuleType(RAY_BACKEND_MODULE)
-    stand_in.RayBackend = ThreadBackend  # type: ignore[attr-defined]
+    stand_in.RayBackend = backend  # type: ignore[attr-defined]
     saved = sys.modules.get(RAY_BACKEND_MODULE)
     sys.modules[RAY_BACKEND_MODULE] = stand_in
     try:
-        yield "thread"
+        yield "ray" if name == "ray" else "thread"
     finally:
         if saved is None:
             sys.modules.pop(RAY_BACKEND_MODULE, None)
