@@ -376,59 +376,56 @@ class SharedModel:
         return reply
 
     def _evaluate_all(self, message: Message) -> dict[str, Message]:
+        """Every member's reply to ``message``. Without plugins (the only case a model is
+        shared) every member evaluates the same views, those of the built-in."""
         members = list(self.members.values())
-        first = members[0].ctx
-        views = {cid: member.views() for cid, member in self.members.items()}
+        views = {member.id: member.views() for member in members}
+        first = members[0]
         self.model.load_shared(message.arrays)
         self.model.eval()
-        chunks: dict[str, dict[str, dict[str, list[torch.Tensor]]]] = {
-            cid: {} for cid in self.members
-        }
+        chunks: dict[str, dict[str, dict[str, list[torch.Tensor]]]] = {m.id: {} for m in members}
         with torch.inference_mode():
             for split in str(message.scalars["splits"]).split(","):
-                for cid in self.members:
-                    chunks[cid][split] = defaultdict(list)
-                for batch, owners in _joint_batches(members, split):
-                    scored = _scored(first, views[members[0].id][0], batch)
-                    for cid, start, stop in owners:
-                        for name, values in scored.items():
-                            chunks[cid][split][name].append(values[start:stop])
-        return {
-            cid: member.evaluation_reply(message, *views[cid], chunks[cid])
-            for cid, member in self.members.items()
-        }
+                parts: dict[str, list[torch.Tensor]] = defaultdict(list)
+                for batch in _joint_batches(members, split):
+                    for name, values in _scored(first.ctx, views[first.id][0], batch).items():
+                        parts[name].append(values)
+                whole = {name: torch.cat(values) for name, values in parts.items()}
+                offset = 0
+                for member in members:
+                    n = len(member.ctx.data[split])
+                    sliced = {name: [v[offset : offset + n]] for name, v in whole.items()}
+                    chunks[member.id][split] = sliced if n else {}
+                    offset += n
+        return {m.id: m.evaluation_reply(message, *views[m.id], chunks[m.id]) for m in members}
 
 
-def _joint_batches(
-    members: list[ClientRuntime], split: str
-) -> Iterator[tuple[Batch, list[tuple[str, int, int]]]]:
+def _joint_batches(members: list[ClientRuntime], split: str) -> Iterator[Batch]:
     """Batches of ``eval_batch_size`` samples running through the members' ``split`` in
-    order, each with the (client id, start, stop) of every member's rows in it."""
+    member order (the members' data come from one task: one normaliser)."""
     ctx = members[0].ctx
     size = ctx.config["eval_batch_size"]
     images: list[torch.Tensor] = []
     targets: list[torch.Tensor] = []
-    owners: list[tuple[str, int, int]] = []
-    filled = 0
 
     def batch() -> Batch:
         x = ctx.data.normalizer(torch.cat(images).to(ctx.device, non_blocking=True))
         y = torch.cat(targets).to(ctx.device, non_blocking=True).long()
-        return Batch(x, y, torch.arange(filled))
+        return Batch(x, y, torch.arange(len(y)))
 
+    filled = 0
     for member in members:
         data, done = member.ctx.data[split], 0
         while done < len(data):
             take = min(size - filled, len(data) - done)
             images.append(data.images[done : done + take])
             targets.append(data.targets[done : done + take])
-            owners.append((member.id, filled, filled + take))
             filled, done = filled + take, done + take
             if filled == size:
-                yield batch(), owners
-                images, targets, owners, filled = [], [], [], 0
+                yield batch()
+                images, targets, filled = [], [], 0
     if filled:
-        yield batch(), owners
+        yield batch()
 
 
 def _same(asked: Message | None, message: Message) -> bool:
