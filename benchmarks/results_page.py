@@ -93,6 +93,20 @@ METHODS = [
         "linear probe on RetinaMNIST, benchmarks/prior_probe.py, gave bACC 0.365 against 0.397 "
         "for random weights), on top of the same small-client setting as FCA.",
     ),
+    Method("FedAvg (CE)", f"{CONFIGS}/fedavg-ce.yaml", None, (CLASSIFICATION,)),
+    Method(
+        "FedCB",
+        f"{CONFIGS}/fedcb.yaml",
+        f"{CONFIGS}/fedavg-ce.yaml",
+        (CLASSIFICATION,),
+        (f"final.global.{MAIN}",),
+        "FedCB's frozen classifier is only as good as the text embeddings of the class names; "
+        "offline the encoder is a general-purpose sentence model (all-MiniLM-L6-v2), not the "
+        "paper's BiomedCLIP, and its embeddings of medical class names are close to each "
+        "other (cosine 0.97-0.98 for the DR grades); the paper's gains are at Dirichlet "
+        "0.05-0.1 with 10 clients, this page's partition is Dirichlet 0.5 over 5 clients "
+        "(docs/plugins/fedcb.md has the 0.05/0.1 runs).",
+    ),
     Method(
         "Fed-LWR",
         "fed-lwr",

@@ -1,19 +1,22 @@
 """Foundation-model knowledge on public data: built once before training, then only read.
 
 FedHelp (and any method of its kind) asks M frozen "API" models for a class-probability
-vector on every sample of a public data set, once, and stores the answers in one file that
-every later run reuses. :func:`build_knowledge` makes that file; :func:`load_knowledge`
-reads it back. The file (``.npz``) holds:
+vector on every sample (every pixel, for segmentation) of a public data set, once, and
+stores the answers in one file that every later run reuses. :func:`build_knowledge` makes
+that file; :func:`load_knowledge` reads it back. The file (``.npz``) holds:
 
 ============ =================================================================
 ``images``   (P, H, W, C) uint8: the public images as loaded (any size/channels)
-``probs``    (P, M, K) float32: API m's class probabilities for sample p
-``labels``   (P,) int64: the public label of p in the APIs' K classes, -1 if unknown
+``probs``    classification: (P, M, K) float32, API m's class probabilities for sample p;
+             segmentation: (P, M, K, H, W) float16, per pixel (half precision: 900
+             images of 64 x 64 px, one binary API, take 15 MB)
+``labels``   classification: (P,) int64, the public label of p in the APIs' K classes;
+             segmentation: (P, H, W) int16 masks; -1 where unknown
 ``apis``     (M,) str: the API specs
 ``classes``  (K,) str: the APIs' class names
 ============ =================================================================
 
-API specs (``--api``), one per API:
+API specs (``--api``), one per API, for a classification public set:
 
 ================================ =========================================================
 ``cifar-resnet20@FILE`` ..110    a CIFAR-10 ResNet checkpoint (10 classes), e.g. the offline
@@ -25,6 +28,22 @@ API specs (``--api``), one per API:
 ``precomputed:FILE``             probabilities computed elsewhere: ``.npy`` (P, K) or an
                                  ``.npz`` with ``probs``
 ================================ =========================================================
+
+and for a segmentation public set (the public images go in as (N, C, H, W) floats in [0, 1]
+at the public size; the K per-pixel logits that come out are resized to it):
+
+================================== =======================================================
+``torch:FILE``                     a whole frozen segmentation model saved with
+                                   ``torch.save(model)`` (unpickling runs the file's code:
+                                   only your own files)
+``user:package.module:fn@FILE``    ``fn(num_classes=K, in_channels=C)`` with its state dict
+                                   ``FILE`` (MedSAM, or any model, wrapped this way)
+``otsu``                           the offline stand-in: Otsu's threshold of each image's
+                                   luminance, the smaller side foreground, soft
+                                   probabilities ``sigmoid(+-(grey - t) / 0.05)``; binary.
+                                   A classical method, not a foundation model
+``precomputed:FILE``               ``.npy`` (P, K, H, W) or an ``.npz`` with ``probs``
+================================== =======================================================
 """
 
 from __future__ import annotations
@@ -66,15 +85,22 @@ API_HELP = (
     "cifar-resnet20@FILE .. cifar-resnet110@FILE, torchvision:<name>@FILE, timm:<name>@FILE, "
     "open_clip:<name>@TAG_OR_FILE or precomputed:FILE"
 )
+SEG_API_HELP = "torch:FILE, user:package.module:factory@FILE, otsu or precomputed:FILE"
+#: softness of the ``otsu`` stand-in's probabilities, in grey levels of [0, 1]
+OTSU_TEMPERATURE = 0.05
 
 
 @dataclass
 class PublicSet:
-    """Public images (N, H, W, C) uint8, their labels (N,) and class names."""
+    """Public images (N, H, W, C) uint8, their labels (N,) or masks (N, H, W), class names."""
 
     images: np.ndarray
     labels: np.ndarray
     classes: list[str]
+
+    @property
+    def segmentation(self) -> bool:
+        return self.labels.ndim == 3
 
 
 @dataclass
@@ -91,10 +117,15 @@ class Knowledge:
     def num_classes(self) -> int:
         return self.probs.shape[2]
 
+    @property
+    def segmentation(self) -> bool:
+        return self.probs.ndim == 5
+
 
 def load_public(source: str, sets: Sequence[str] = (), limit: int | None = None) -> PublicSet:
     """The training split of a task (``source`` = task name, ``sets`` its ``key=value``
-    options) or of a MedMNIST-style ``.npz`` file, at most ``limit`` samples (the first)."""
+    options, e.g. ``task.image_size=64``) or of an ``.npz`` file (MedMNIST-style, or
+    ``images`` + ``masks`` for segmentation), at most ``limit`` samples (the first)."""
     from fedkit_core.config import parse_sets
     from fedkit_core.resolve import resolve_config
     from fedkit_core.tasks.loading import load_task
@@ -103,20 +134,23 @@ def load_public(source: str, sets: Sequence[str] = (), limit: int | None = None)
     if source.endswith(".npz"):
         if not Path(source).is_file():
             raise FedkitError(f"public data {source} does not exist")
-        values = {"task.name": "npz", "task.path": source}
+        with np.load(source, allow_pickle=False) as f:
+            kind = "npz-seg" if "masks" in f.files else "npz"
+        values = {"task.name": kind, "task.path": source}
     values.update(parse_sets(list(sets)))
     config, _ = resolve_config(values)
     data = load_task(config)
     split = data.pooled("train")
-    if data.kind != "classification":
-        raise FedkitError(f"public data {source!r} must be a classification set")
     images = split.images
+    if images.dim() != 4:
+        raise FedkitError(f"public data {source!r} must hold 2D images, got {images.dim()}-D")
     if images.dtype != torch.uint8:
         images = (images.clamp(0, 1) * 255).round().to(torch.uint8)
     count = len(images) if limit is None else min(limit, len(images))
+    labels = split.targets[:count].numpy()
     return PublicSet(
         images[:count].permute(0, 2, 3, 1).contiguous().numpy(),
-        split.targets[:count].numpy().astype(np.int64),
+        labels.astype(np.int16 if data.kind == "segmentation" else np.int64),
         list(data.class_names),
     )
 
@@ -124,11 +158,14 @@ def load_public(source: str, sets: Sequence[str] = (), limit: int | None = None)
 def build_knowledge(public: PublicSet, apis: Sequence[str], batch_size: int = 128) -> Knowledge:
     """Query every API once on every public sample (on CPU or the first GPU)."""
     if not apis:
-        raise FedkitError(f"give at least one --api ({API_HELP})")
+        raise FedkitError(
+            f"give at least one --api ({SEG_API_HELP if public.segmentation else API_HELP})"
+        )
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    query = _query_segmentation if public.segmentation else _query
     outs, classes = [], None
     for spec in apis:
-        probs, names = _query(spec, public, device, batch_size)
+        probs, names = query(spec, public, device, batch_size)
         if probs.shape[0] != len(public.images):
             raise FedkitError(
                 f"API {spec!r} gave {probs.shape[0]} rows for {len(public.images)} public samples"
@@ -139,10 +176,12 @@ def build_knowledge(public: PublicSet, apis: Sequence[str], batch_size: int = 12
                 "all APIs must share one label space"
             )
         classes = classes or names
-        outs.append(probs.astype(np.float32))
+        outs.append(probs.astype(np.float16 if public.segmentation else np.float32))
     assert classes is not None
     same_space = [c.lower() for c in classes] == [c.lower() for c in public.classes]
-    labels = public.labels if same_space else np.full(len(public.labels), -1, dtype=np.int64)
+    if public.segmentation:  # masks are kept when the class counts agree
+        same_space = len(classes) == len(public.classes)
+    labels = public.labels if same_space else np.full_like(public.labels, -1)
     return Knowledge(public.images, np.stack(outs, axis=1), labels, list(apis), list(classes))
 
 
@@ -172,15 +211,22 @@ def load_knowledge(path: str | Path) -> Knowledge:
         missing = {"images", "probs", "labels", "apis", "classes"} - set(f.files)
         if missing:
             raise FedkitError(f"{path} is not a knowledge file (missing {sorted(missing)})")
+        probs, labels = f["probs"], f["labels"]
+        segmentation = probs.ndim == 5
         k = Knowledge(
             f["images"],
-            f["probs"].astype(np.float32),
-            f["labels"].astype(np.int64),
+            probs.astype(np.float16 if segmentation else np.float32),
+            labels.astype(np.int16 if segmentation else np.int64),
             [str(a) for a in f["apis"]],
             [str(c) for c in f["classes"]],
         )
-    if k.probs.ndim != 3 or not k.probs.shape[0] == len(k.images) == len(k.labels):
-        raise FedkitError(f"{path}: probs must be (P, M, K) for the P public images")
+    if probs.ndim not in (3, 5) or not k.probs.shape[0] == len(k.images) == len(k.labels):
+        raise FedkitError(
+            f"{path}: probs must be (P, M, K) or, per pixel, (P, M, K, H, W) for the P "
+            "public images"
+        )
+    if segmentation and not k.probs.shape[-2:] == k.images.shape[1:3] == k.labels.shape[1:]:
+        raise FedkitError(f"{path}: per-pixel probs, images and masks must share (H, W)")
     return k
 
 
@@ -337,3 +383,109 @@ class _ZeroShot(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         image = F.normalize(self.tower(x).float(), dim=-1)
         return 100.0 * image @ self.text.T
+
+
+# --------------------------------------------------------------------------- segmentation APIs
+
+
+def _query_segmentation(
+    spec: str, public: PublicSet, device: torch.device, batch_size: int
+) -> tuple[np.ndarray, list[str]]:
+    """Per-pixel class probabilities (P, K, H, W) of one segmentation API."""
+    kind, _, rest = spec.partition(":")
+    if kind == "precomputed":
+        probs = _precomputed_maps(rest, public)
+    elif spec == "otsu":
+        probs = otsu_probs(public.images)
+    else:
+        net = _segmenter(spec, public).to(device).eval()
+        images = torch.from_numpy(public.images).permute(0, 3, 1, 2)
+        out = []
+        with torch.no_grad():
+            for start in range(0, len(images), batch_size):
+                x = images[start : start + batch_size].to(device).float() / 255.0
+                logits = net(x)
+                if not isinstance(logits, torch.Tensor) or logits.dim() != 4:
+                    raise FedkitError(
+                        f"API {spec!r} must map (N, C, H, W) images to (N, K, H, W) logits"
+                    )
+                if logits.shape[-2:] != x.shape[-2:]:
+                    logits = F.interpolate(
+                        logits, size=x.shape[-2:], mode="bilinear", align_corners=False
+                    )
+                out.append(F.softmax(logits.float(), dim=1).half().cpu())
+        probs = torch.cat(out).numpy()
+    k = probs.shape[1]
+    names = list(public.classes) if k == len(public.classes) else [f"class{c}" for c in range(k)]
+    return probs, names
+
+
+def _segmenter(spec: str, public: PublicSet) -> nn.Module:
+    """A frozen segmentation model: ``torch:FILE`` or ``user:module:factory@FILE``."""
+    kind, _, rest = spec.partition(":")
+    if kind == "torch":
+        if not Path(rest).is_file():
+            raise FedkitError(f"API {spec!r}: model file {rest} does not exist")
+        net = torch.load(rest, map_location="cpu", weights_only=False)
+        if not isinstance(net, nn.Module):
+            raise FedkitError(f"API {spec!r}: {rest} holds a {type(net).__name__}, not a model")
+        return net
+    if kind == "user":
+        from fedkit_core.models.user import _load_factory
+
+        name, weights = _split_weights(rest)
+        channels = public.images.shape[-1]
+        net = _load_factory(name)(num_classes=len(public.classes), in_channels=channels)
+        if not isinstance(net, nn.Module):
+            raise FedkitError(f"API {spec!r}: the factory returned no torch model")
+        load_matching(net, load_state_file(weights), spec)
+        return net
+    raise FedkitError(f"unknown segmentation API {spec!r}: use {SEG_API_HELP}")
+
+
+def _precomputed_maps(path: str, public: PublicSet) -> np.ndarray:
+    file = Path(path)
+    if not file.is_file():
+        raise FedkitError(f"precomputed API file {path} does not exist")
+    if file.suffix == ".npz":
+        with np.load(file, allow_pickle=False) as f:
+            if "probs" not in f.files:
+                raise FedkitError(f"{path} has no 'probs' array")
+            probs = f["probs"]
+    else:
+        probs = np.load(file, allow_pickle=False)
+    if probs.ndim != 4 or probs.shape[-2:] != public.labels.shape[1:]:
+        raise FedkitError(
+            f"{path}: per-pixel probs must be (P, K, H, W) at the public size "
+            f"{public.labels.shape[1:]}, got shape {probs.shape}"
+        )
+    if np.any(probs < 0) or not np.allclose(probs.sum(1), 1.0, atol=1e-2):
+        raise FedkitError(f"{path}: every pixel of probs must be a probability vector")
+    return probs
+
+
+def otsu_threshold(grey: np.ndarray, bins: int = 256) -> float:
+    """Otsu's threshold of values in [0, 1]: the cut maximising the between-class variance."""
+    hist, edges = np.histogram(grey, bins=bins, range=(0.0, 1.0))
+    centres = (edges[:-1] + edges[1:]) / 2
+    w0 = np.cumsum(hist)
+    w1 = w0[-1] - w0
+    m0 = np.cumsum(hist * centres)
+    mean0 = m0 / np.maximum(w0, 1)
+    mean1 = (m0[-1] - m0) / np.maximum(w1, 1)
+    between = w0 * w1 * (mean0 - mean1) ** 2
+    return float(edges[1:][np.argmax(between)])
+
+
+def otsu_probs(images: np.ndarray) -> np.ndarray:
+    """The ``otsu`` stand-in API: (N, H, W, C) uint8 -> (N, 2, H, W) probabilities, the side
+    of each image's Otsu threshold with fewer pixels as the foreground (class 1)."""
+    x = images.astype(np.float32) / 255.0
+    grey = x[..., 0] if x.shape[-1] == 1 else x[..., :3] @ np.array([0.299, 0.587, 0.114])
+    out = np.empty((len(grey), 2, *grey.shape[1:]), dtype=np.float32)
+    for i, g in enumerate(grey):
+        t = otsu_threshold(g)
+        sign = 1.0 if (g > t).mean() <= 0.5 else -1.0
+        fg = 1.0 / (1.0 + np.exp(-sign * (g - t) / OTSU_TEMPERATURE))
+        out[i, 0], out[i, 1] = 1.0 - fg, fg
+    return out

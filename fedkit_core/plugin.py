@@ -33,6 +33,7 @@ from fedkit_core.knowledge import (
     save_knowledge,
 )
 from fedkit_core.losses import balanced_softmax_ce, dice_loss, log_prior
+from fedkit_core.losses.weight_maps import weight_map, weight_maps
 from fedkit_core.messages import Arrays, Payload, Reply, Scalar, Update
 from fedkit_core.models import build_model
 from fedkit_core.models.fedmodel import FedModel
@@ -81,5 +82,7 @@ __all__ = [
     "markdown_table",
     "plugin_scope",
     "save_knowledge",
+    "weight_map",
+    "weight_maps",
     "weighted_average",
 ]

@@ -81,3 +81,54 @@ def test_torchvision_api_with_a_local_checkpoint(tmp_path):
     k = build_knowledge(public, specs)
     assert k.probs.shape == (3, 2, 3) and np.allclose(k.probs.sum(2), 1, atol=1e-5)
     assert not np.allclose(k.probs[:, 0], k.probs[:, 1])  # each checkpoint was loaded
+
+
+# --------------------------------------------------------------------------- segmentation
+
+
+def fake_public_seg(tmp_path):
+    from fedkit_core.tasks.npz_seg import write_fake
+
+    return write_fake(tmp_path, sites={"A": (6, 0)}, size=16)
+
+
+def test_segmentation_knowledge_is_per_pixel_half_precision(tmp_path, capsys):
+    public = load_public(str(fake_public_seg(tmp_path)))
+    assert public.segmentation and public.labels.shape == (6, 16, 16)
+    torch.manual_seed(0)
+    torch.save(torch.nn.Conv2d(3, 2, 1), tmp_path / "net.pt")
+    k = build_knowledge(public, ["otsu", f"torch:{tmp_path / 'net.pt'}"])
+    assert k.probs.shape == (6, 2, 2, 16, 16) and k.probs.dtype == np.float16
+    assert np.allclose(k.probs.astype(np.float32).sum(2), 1, atol=2e-3)
+    assert (k.labels == public.labels).all()  # two classes each: the masks are kept
+    otsu = k.probs[:, 0].argmax(1)
+    assert (otsu == public.labels).mean() > 0.9  # the stand-in finds the bright blobs
+    out = tmp_path / "k.npz"
+    args = ["knowledge", "build", "--public", str(fake_public_seg(tmp_path)), "--api", "otsu"]
+    assert main([*args, "--set", "task.image_size=8", "--out", str(out)]) == 0
+    assert "per pixel (8 x 8" in capsys.readouterr().out  # stored at the task's size
+    back = load_knowledge(out)
+    assert back.segmentation and back.probs.dtype == np.float16 and back.labels.dtype == np.int16
+    assert back.probs.shape == (6, 1, 2, 8, 8) and back.images.shape == (6, 8, 8, 3)
+
+
+def test_segmentation_api_from_a_user_factory_and_bad_specs(tmp_path, monkeypatch):
+    (tmp_path / "segapi.py").write_text(
+        "from torch import nn\n"
+        "def make(num_classes, in_channels):\n"
+        "    return nn.Conv2d(in_channels, num_classes, 1)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    public = load_public(str(fake_public_seg(tmp_path)), limit=3)
+    torch.manual_seed(0)
+    net = torch.nn.Conv2d(3, 2, 1)
+    torch.save(net.state_dict(), tmp_path / "w.pt")
+    k = build_knowledge(public, [f"user:segapi:make@{tmp_path / 'w.pt'}"])
+    x = torch.from_numpy(public.images).permute(0, 3, 1, 2).float() / 255
+    expected = torch.softmax(net(x), 1).detach().numpy()
+    assert np.allclose(k.probs[:, 0].astype(np.float32), expected, atol=2e-3)
+    with pytest.raises(FedkitError, match="unknown segmentation API"):
+        build_knowledge(public, ["cifar-resnet20@x"])
+    np.save(tmp_path / "p.npy", np.full((3, 2, 8, 8), 0.5))
+    with pytest.raises(FedkitError, match="at the public size"):
+        build_knowledge(public, [f"precomputed:{tmp_path / 'p.npy'}"])

@@ -21,13 +21,18 @@ knowledge_app = typer.Typer(
 @knowledge_app.command()
 def build(
     public: str = typer.Option(
-        ..., "--public", help="public data: a task name (with --set task.*=...) or an .npz file"
+        ...,
+        "--public",
+        help="public data: a task name (with --set task.*=...) or an .npz file (with masks: "
+        "segmentation; --set task.image_size=N stores it at N px)",
     ),
     api: list[str] = typer.Option(
         ...,
         "--api",
         help="an API (repeatable): cifar-resnet20@FILE, torchvision:NAME@FILE, "
-        "timm:NAME@FILE, open_clip:NAME@TAG_OR_FILE, precomputed:FILE",
+        "timm:NAME@FILE, open_clip:NAME@TAG_OR_FILE, precomputed:FILE; for a segmentation "
+        "public set: torch:FILE, user:MODULE:FACTORY@FILE, otsu (offline stand-in), "
+        "precomputed:FILE",
     ),
     out: Path = typer.Option(..., "--out", "-o", help="the knowledge file to write (.npz)"),
     set_: list[str] = SetOpt,
@@ -39,6 +44,15 @@ def build(
     data = load_public(public, set_, limit)
     knowledge = build_knowledge(data, api)
     save_knowledge(knowledge, out)
+    if knowledge.segmentation:
+        height, width = knowledge.probs.shape[-2:]
+        masked = int((knowledge.labels >= 0).any(axis=(1, 2)).sum())
+        console.print(
+            f"{out}: {len(knowledge.images)} public images x {len(api)} APIs x "
+            f"{knowledge.num_classes} classes per pixel ({height} x {width}; {masked} with "
+            "masks in the APIs' classes)"
+        )
+        return
     labelled = int((knowledge.labels >= 0).sum())
     console.print(
         f"{out}: {len(knowledge.images)} public samples x {len(api)} APIs x "

@@ -1,4 +1,6 @@
-"""The in-process engine: clients are objects in this process, messages are method calls.
+"""The local engine: clients are objects in this process, messages are method calls; or,
+with ``local.workers`` or ``client_timeout``, in forked worker processes
+(:mod:`fedkit_core.engines.workers`).
 
 Checkpoints follow :mod:`fedkit_core.engines.checkpoint` like every engine's: the server
 commits its snapshot after each round; each client writes its own snapshot after each
@@ -8,29 +10,42 @@ ends with the same results as an uninterrupted run.
 
 from __future__ import annotations
 
-import copy
+import logging
 import time
 
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.engines.checkpoint import ClientCheckpoints, checkpoint_client
+from fedkit_core.engines.checkpoint import ClientCheckpoints
 from fedkit_core.engines.client import ClientRuntime, SharedModel, build_model
 from fedkit_core.engines.context import ClientContext, derive_seed
 from fedkit_core.engines.driver import drive
-from fedkit_core.engines.server import Observer, Server
-from fedkit_core.engines.snapshot import client_snapshot, restore_client
+from fedkit_core.engines.server import Observer, Server, round_half_up
+from fedkit_core.engines.workers import (
+    WorkerTransport,
+    auto_workers,
+    cpu_cores,
+    deliver,
+    parse_workers,
+    tolerant,
+    with_attempts,
+)
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import prepare
 from fedkit_core.messages import Message
-from fedkit_core.plugins import PluginSet
+from fedkit_core.options import Option
+from fedkit_core.plugins import PluginSet, installed
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir
 
+log = logging.getLogger("fedkit")
+
 
 class LocalTransport:
-    """Delivers messages by calling each client's ``handle``; a raising client becomes a
-    failed reply (``error`` set, the exception kept for in-process re-raising). With
+    """Delivers messages by calling each client's ``handle`` in this process, one client
+    after the other (see :func:`~fedkit_core.engines.workers.deliver`): a raising client
+    becomes a failed reply (``error`` set, the exception kept for in-process re-raising),
+    re-sent up to ``client_retries`` times from its state before the message. With
     ``stores``, each client checkpoints itself there (see :func:`checkpoint_client`)."""
 
     def __init__(
@@ -47,38 +62,46 @@ class LocalTransport:
         replies: dict[str, Message] = {}
         for done, (cid, message) in enumerate(messages.items(), start=1):
             client = self.clients[cid]
-            before = _state_before(client, message)
-            try:
-                replies[cid] = client.handle(message)
-                if self.stores is not None:
-                    checkpoint_client(client, message, self.stores[cid])
-            except Exception as err:  # recorded; the server decides whether the round survives
-                if before is not None:  # as a Flower node keeps its context's last state
-                    restore_client(client, before)
-                text = str(err) if isinstance(err, FedkitError) else f"{type(err).__name__}: {err}"
-                replies[cid] = Message(message.kind, error=text, exception=err)
+            store = self.stores[cid] if self.stores is not None else None
+            config = client.ctx.config
+            for attempt in range(1, config["client_retries"] + 2):
+                reply, _ = deliver(client, message, store, keep_before=tolerant(config))
+                if reply.error is None or attempt > config["client_retries"]:
+                    break
+                log.warning("client %s: %s; retrying", cid, reply.error)
+            if reply.error is not None:
+                reply.error = with_attempts(reply.error, attempt)
+            replies[cid] = reply
             phase = str(message.scalars.get("query", message.kind))
             self.observer.on_phase(int(message.scalars.get("round", 0)), phase, done, len(messages))
         return replies
 
 
-def _state_before(client: ClientRuntime, message: Message) -> dict | None:
-    """A copy of ``client``'s snapshot before a message that changes its state, when the run
-    tolerates failed clients (``min_clients``): a client failing mid-round is brought back
-    to it rather than keeping half-trained state, as on a Flower node (whose failed message
-    leaves its context unchanged), so that every engine and a resumed run agree."""
-    if message.kind not in ("fit", "query") or client.ctx.config["min_clients"] is None:
-        return None
-    dirty = client.dirty
-    snapshot = copy.deepcopy(client_snapshot(client))
-    client.dirty = dirty  # taking the snapshot is no checkpoint
-    return snapshot
-
-
 class LocalEngine:
-    """The in-process engine (``engine=local``); it has no options of its own."""
+    """The in-process engine (``engine=local``): clients in this process, or in worker
+    processes (``local.workers``; always with ``client_timeout``, which needs a process it
+    can kill)."""
 
-    options = ()
+    options = (
+        Option(
+            "workers",
+            str,
+            "auto",
+            "worker processes the clients run in: 0 (in this process, one after the other), "
+            "a count, or auto (as many as the cores hold at local.threads each when that is "
+            "2 or more, on a CPU of 4 or more cores, without run(plugins=...) objects; else "
+            "0); client_timeout needs at least 1",
+        ),
+        Option(
+            "threads",
+            int,
+            None,
+            "torch intra-op threads of each worker process (default: this process's). torch "
+            "kernels may sum in an order that depends on it: with the default, workers give "
+            "the in-process results bit for bit",
+            min=1,
+        ),
+    )
 
     def execute(
         self,
@@ -89,7 +112,9 @@ class LocalEngine:
         resume: bool,
     ) -> Results:
         started = time.perf_counter()
+        setting = parse_workers(cfg["local.workers"])
         fed = prepare(cfg, plugins)
+        count = _worker_count(cfg, setting, plugins, len(fed.clients), fed.device)
         server = Server(cfg, plugins, fed.task, fed.device, observer)
         model = shared_model(server, plugins)
         clients = {
@@ -99,8 +124,41 @@ class LocalEngine:
         stores = None
         if run_dir is not None and cfg["checkpoint"]:
             stores = {cid: ClientCheckpoints.of(run_dir.checkpoint, cid) for cid in clients}
-        transport = LocalTransport(clients, observer, stores)
-        return drive(server, transport, clients, plugins, run_dir, resume=resume, started=started)
+        if count == 0:
+            transport = LocalTransport(clients, observer, stores)
+            return drive(
+                server, transport, clients, plugins, run_dir, resume=resume, started=started
+            )
+        log.info("local engine: clients in %d worker processes", count)
+        threads = cfg["local.threads"] or torch.get_num_threads()
+        pool = WorkerTransport(clients, observer, stores, cfg, count, threads)
+        try:
+            results = drive(server, pool, clients, plugins, run_dir, resume=resume, started=started)
+        except BaseException:  # Ctrl-C or a failed run: no message in flight is worth waiting for
+            pool.close(wait=False)
+            raise
+        pool.close()
+        return results
+
+
+def _worker_count(
+    cfg: Config, setting: int | None, plugins: PluginSet, clients: int, device: torch.device
+) -> int:
+    """The worker processes of a run: ``local.workers`` (``auto``: :func:`auto_workers`),
+    at least one with ``client_timeout``, never more than clients."""
+    if setting is None:
+        sampled = min(clients, max(1, round_half_up(cfg["sample_fraction"] * clients)))
+        threads = cfg["local.threads"] or torch.get_num_threads()
+        objects = bool(set(plugins.active) - set(installed()))
+        setting = auto_workers(sampled, cpu_cores(), threads, device, objects)
+    if cfg["client_timeout"] is not None:
+        setting = max(setting, 1)
+    if setting and device.type != "cpu":
+        raise FedkitError(
+            f"clients in worker processes (local.workers, client_timeout) need device=cpu: "
+            f"CUDA cannot be used in forked processes (device is {device})"
+        )
+    return min(setting, clients)
 
 
 def shared_model(server: Server, plugins: PluginSet) -> SharedModel | None:

@@ -6,14 +6,29 @@ import pytest
 import torch
 
 from fedkit_core import FedkitError, hookimpl, run
+from fedkit_core.engines.client import ClientRuntime
 from fedkit_core.testing import tiny
 
 
+@pytest.fixture
+def messages(monkeypatch):
+    """Every (client id, message received, reply sent) of the in-process engine."""
+    seen = []
+    handle = ClientRuntime.handle
+
+    def recording(self, message):
+        reply = handle(self, message)
+        seen.append((self.id, message, reply))
+        return reply
+
+    monkeypatch.setattr(ClientRuntime, "handle", recording)
+    return seen
+
+
 class Spy:
-    """Records every upload the server receives (and falls back to FedAvg)."""
+    """Records each client's private state at the start and end of its rounds."""
 
     def __init__(self):
-        self.uploads = []
         self.start, self.end = {}, {}  # (round, client) -> private state
 
     @hookimpl
@@ -23,10 +38,6 @@ class Spy:
     @hookimpl
     def fedkit_client_report(self, client):
         self.end[client.round, client.id] = client.model.private_state()
-
-    @hookimpl
-    def fedkit_aggregate(self, server, updates, ask):
-        self.uploads += [dict(u.arrays) for u in updates]
 
 
 def config(knowledge, **overrides):
@@ -42,11 +53,14 @@ def config(knowledge, **overrides):
     )
 
 
-def test_only_the_small_backbone_is_uploaded_and_clients_serve_their_own_models(knowledge_file):
+def test_only_the_small_backbone_is_uploaded_and_clients_serve_their_own_models(
+    knowledge_file, messages
+):
     spy = Spy()
     results = run(config(knowledge_file), plugins={"spy": spy})
-    assert len(spy.uploads) == 2 * 3
-    for upload in spy.uploads:
+    uploads = [reply.arrays for _, _, reply in messages if reply.kind == "fit"]
+    assert len(uploads) == 2 * 3
+    for upload in uploads:
         assert upload and all(k.startswith("backbone.") for k in upload)
         params = sum(
             v.numel() for k, v in upload.items() if "running" not in k and "num_b" not in k
@@ -80,7 +94,7 @@ def test_flower_engine_runs_different_architectures_per_node(knowledge_file):
 
 
 def test_roles_from_own_size_and_bad_settings(knowledge_file):
-    cfg = config(knowledge_file)
+    cfg = {**config(knowledge_file), "model": "cnn"}
     cfg["fedhelp"] = {"knowledge": str(knowledge_file), "large_min_size": 10**6}
     results = run({**cfg, "rounds": 1})
     assert all("loss.fedhelp.public" in t for t in results.rounds[0]["train"].values())
@@ -88,3 +102,39 @@ def test_roles_from_own_size_and_bad_settings(knowledge_file):
         run({**cfg, "fedhelp": {"knowledge": str(knowledge_file)}})
     with pytest.raises(FedkitError, match="unknown clients"):
         run({**cfg, "fedhelp": {"knowledge": str(knowledge_file), "large_clients": ["nope"]}})
+
+
+def test_num_large_the_server_ranks_reported_sizes_each_client_learns_its_role(
+    knowledge_file, messages
+):
+    fractions = {"kind": "fractions", "fractions": [0.2, 0.5, 0.3]}
+    options = {"knowledge": str(knowledge_file), "num_large": 1, "large_model": "cnn"}
+    spy = Spy()
+    cfg = tiny(plugins=["fedhelp"], partition=fractions, fedhelp=options, batch_size=32)
+    results = run(cfg, plugins={"spy": spy})
+    first, second = (r["train"] for r in results.rounds)
+    assert all("loss.fedhelp.public" in t for t in first.values())  # roles unknown in round 1
+    assert "loss.fedhelp.kd_b" in second["c1"] and "loss.fedhelp.public" not in second["c1"]
+    assert all("loss.fedhelp.public" in second[c] for c in ("c0", "c2"))
+    assert bool(spy.end[2, "c1"][f"extras.{fh.LARGE}.on"])
+    assert not bool(spy.end[2, "c0"][f"extras.{fh.LARGE}.on"])
+    sizes = {cid: r.scalars["num_examples"] for cid, m, r in messages if m.kind == "fit"}
+    assert max(sizes, key=sizes.get) == "c1" and len(set(sizes.values())) == 3
+    for cid, message, _ in messages:
+        payload = {k: v for k, v in message.scalars.items() if k.startswith("payload/")}
+        if message.kind == "fit" and message.scalars["round"] == 2:
+            assert payload == {"payload/fedhelp.large": cid == "c1"}  # its own role only
+        else:
+            assert payload == {}
+        assert not any(k.startswith("payload/") for k in message.arrays)
+        others = {v for c, v in sizes.items() if c != cid}
+        assert not others & {v for v in message.scalars.values() if isinstance(v, int)}
+        assert all(k.startswith("backbone.") for k in message.arrays)  # no sizes in arrays
+
+
+def test_role_options_are_exclusive(knowledge_file):
+    base = {"knowledge": str(knowledge_file)}
+    with pytest.raises(FedkitError, match="exactly one.*given: large_clients, num_large"):
+        run(tiny(plugins=["fedhelp"], fedhelp={**base, "num_large": 1, "large_clients": ["x"]}))
+    with pytest.raises(FedkitError, match="leaves no small client"):
+        run(tiny(plugins=["fedhelp"], fedhelp={**base, "num_large": 3}))

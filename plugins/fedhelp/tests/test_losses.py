@@ -56,3 +56,41 @@ def test_kl_direction_teacher_first():
     p = F.softmax(teacher, 1)
     expected = (p * (p.log() - F.log_softmax(student, 1))).sum(1).mean()
     assert torch.allclose(losses.kl(teacher, student), expected, atol=1e-6)
+
+
+def pixels(x: torch.Tensor) -> torch.Tensor:
+    """(B, K, H, W) -> (B*H*W, K): every pixel as a sample."""
+    return x.permute(0, 2, 3, 1).reshape(-1, x.shape[1])
+
+
+def test_per_pixel_terms_are_the_classification_terms_over_pixels():
+    torch.manual_seed(0)
+    large, proxy = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)
+    assert torch.allclose(losses.kl(large, proxy), losses.kl(pixels(large), pixels(proxy)))
+    assert torch.allclose(
+        losses.ranking_loss(large, proxy, 1), losses.ranking_loss(pixels(large), pixels(proxy), 1)
+    )
+    labels = torch.randint(3, (2, 4, 5))
+    weight = torch.rand(2, 4, 5) * 3
+    ce = F.cross_entropy(pixels(large), labels.flatten(), reduction="none")
+    expected = (ce * weight.flatten()).mean()
+    assert torch.allclose(losses.weighted_ce(large, labels, weight), expected)
+
+
+def test_per_pixel_surrogate_loss_weights_ce_and_kl_and_mixes_per_sample():
+    torch.manual_seed(1)
+    logits = torch.randn(2, 2, 3, 3)
+    probs = F.softmax(torch.randn(2, 3, 2, 3, 3), dim=2)  # (B, M, K, H, W)
+    scores = torch.tensor([[5.0, 0.0, -5.0], [0.0, 0.0, 0.0]])
+    mix = losses.api_mixture(scores, probs)
+    a = F.softmax(scores, 1)
+    assert torch.allclose(mix[0], (a[0].view(3, 1, 1, 1) * probs[0]).sum(0))
+    labels = torch.randint(2, (2, 3, 3))
+    labels[1, 0] = -1  # an unknown row of pixels
+    weight = torch.rand(2, 3, 3) + 0.5
+    log_q = F.log_softmax(logits, 1)
+    known = labels >= 0
+    ce = -(log_q.gather(1, labels.clamp_min(0)[:, None])[:, 0] * weight)[known].sum() / known.sum()
+    kl = ((mix * (mix.log() - log_q)).sum(1) * weight).mean()
+    got = losses.surrogate_loss(logits, labels, mix, 0.2, weight)
+    assert torch.allclose(got, ce + 0.2 * kl, atol=1e-6)
