@@ -17,7 +17,7 @@ import torch
 
 from fedkit_core.config import Config
 from fedkit_core.engines.checkpoint import ClientCheckpoints
-from fedkit_core.engines.client import ClientRuntime, build_model
+from fedkit_core.engines.client import ClientRuntime, SharedModel, build_model
 from fedkit_core.engines.context import ClientContext, derive_seed
 from fedkit_core.engines.driver import drive
 from fedkit_core.engines.server import Observer, Server, round_half_up
@@ -33,7 +33,6 @@ from fedkit_core.engines.workers import (
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import prepare
 from fedkit_core.messages import Message
-from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.options import Option
 from fedkit_core.plugins import PluginSet, installed
 from fedkit_core.results.schema import Results
@@ -162,7 +161,7 @@ def _worker_count(
     return min(setting, clients)
 
 
-def shared_model(server: Server, plugins: PluginSet) -> FedModel | None:
+def shared_model(server: Server, plugins: PluginSet) -> SharedModel | None:
     """One model for every client, when nothing of a client's model outlives a message.
 
     Without method plugins and without kept optimiser state, every message that uses a
@@ -170,7 +169,8 @@ def shared_model(server: Server, plugins: PluginSet) -> FedModel | None:
     load the global state; nothing is private), so a model per client only costs memory
     and set-up time (a thousand clients: a thousand models). The clients then take turns
     with one model, built once: the results are the same (the per-client seeding of
-    training does not depend on it). With plugins (private entries, extra modules,
+    training does not depend on it), and they are evaluated together (see
+    :class:`~fedkit_core.engines.client.SharedModel`). With plugins (private entries, extra modules,
     per-client state holding parameters) each client keeps its own.
     """
     if plugins.active or server.config["keep_optimizer_state"]:
@@ -179,7 +179,7 @@ def shared_model(server: Server, plugins: PluginSet) -> FedModel | None:
     model = build_model(plugins, ClientContext(server.task, server.config, server.ctx.device))
     if model.private_state():
         return None
-    return model.to(server.ctx.device)
+    return SharedModel(model.to(server.ctx.device))
 
 
 ENGINE = LocalEngine()
