@@ -423,7 +423,7 @@ class WorkerTransport:
                 worker.process.join(timeout=5)
                 error = _exit_text(worker.process.exitcode)
             elif time.monotonic() >= worker.deadline:
-                error = f"no reply within client_timeout={self.timeout:g} s"
+                error = f"no reply within {self.timeout:g} s (client_timeout)"
             else:
                 continue
             self._replace(k)
