@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("flwr")
 
@@ -161,6 +162,7 @@ def test_a_deployed_node_answers_a_hung_or_exited_client_as_failed(monkeypatch):
 
     def fine(message, context):
         context.state["kept"] = ConfigRecord({"v": 2})
+        assert float(torch.ones(1 << 20).mul_(2).sum()) == 2 << 20  # multi-threaded in the child
         return FlowerMessage(to_records(Message("fit", scalars={"loss": 0.5})), reply_to=message)
 
     def hang(message, context):
@@ -171,7 +173,13 @@ def test_a_deployed_node_answers_a_hung_or_exited_client_as_failed(monkeypatch):
         context.state["kept"] = ConfigRecord({"v": 4})
         os._exit(3)
 
-    reply, state = _deployed_call(monkeypatch, fine)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the parent has an OpenMP team (a warm node has used torch)
+    torch.ones(1 << 20).mul_(2)
+    try:
+        reply, state = _deployed_call(monkeypatch, fine)
+    finally:
+        torch.set_num_threads(threads)
     assert reply.error is None and reply.scalars == {"loss": 0.5} and state == {"v": 2}
     started = time.monotonic()
     reply, state = _deployed_call(monkeypatch, hang)

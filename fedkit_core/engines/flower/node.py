@@ -37,6 +37,7 @@ import select
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -230,7 +231,7 @@ class ClientSide:
             code = 1
             try:
                 os.close(read)
-                reply = self._answer(message, context)
+                reply = _in_fresh_thread(lambda: self._answer(message, context))
                 with os.fdopen(write, "wb") as pipe:
                     pickle.dump((reply.content, context.state), pipe)
                 code = 0
@@ -325,3 +326,17 @@ def make_client_app(source: Source | None = None) -> ClientApp:
     app.train()(side)
     app.evaluate()(side)
     return app
+
+
+def _in_fresh_thread(answer: Callable[[], FlowerMessage]) -> FlowerMessage:
+    """``answer()`` computed in a new thread of a forked child. GNU OpenMP (torch's intra-op
+    threads) keeps its thread team per thread and is not fork-safe: the child's main thread
+    inherits the parent's team, whose threads do not exist in the child, and hangs in its
+    first multi-threaded operation; a new thread starts a team of its own."""
+    box: list[FlowerMessage] = []
+    worker = threading.Thread(target=lambda: box.append(answer()), daemon=True)
+    worker.start()
+    worker.join()
+    if not box:
+        raise RuntimeError("the client's answer failed in its thread")
+    return box[0]
