@@ -339,6 +339,20 @@ def tree_pss(root: int) -> int:
     return total
 
 
+def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[float, int, str | None]:
+    """Run ``cmd`` in a fresh process: its wall seconds, the peak PSS of its process tree
+    (sampled every 0.2 s) and, when it fails, the tail of its stderr (else ``None``)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, tree_pss(proc.pid))
+        time.sleep(0.2)
+    wall = time.perf_counter() - start
+    error = proc.stderr.read().decode()[-3000:] if proc.returncode != 0 else None
+    return wall, peak, error
+
+
 def measure(mode: str, data: Path, sites: Path, seed: int) -> dict | None:
     """Run one mode in a fresh process; its wall time, peak tree PSS and its own report."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -352,15 +366,9 @@ def measure(mode: str, data: Path, sites: Path, seed: int) -> dict | None:
         }
         cmd = [sys.executable, __file__, "--worker", mode, "--data", str(data)]
         cmd += ["--sites", str(sites), "--seed", str(seed), "--report", str(report)]
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        peak = 0
-        while proc.poll() is None:
-            peak = max(peak, tree_pss(proc.pid))
-            time.sleep(0.2)
-        wall = time.perf_counter() - start
-        if proc.returncode != 0:
-            print(f"{mode} failed:\n{proc.stderr.read().decode()[-3000:]}", file=sys.stderr)
+        wall, peak, error = run_measured(cmd, env)
+        if error is not None:
+            print(f"{mode} failed:\n{error}", file=sys.stderr)
             return None
         out = json.loads(report.read_text())
     return {

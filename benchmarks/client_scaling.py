@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from anchor_job import ROOT, tree_pss
+from anchor_job import ROOT, run_measured
 
 
 def config(clients: int, rounds: int, head_samples: int) -> dict:
@@ -81,13 +81,9 @@ def measure(clients: int, args: argparse.Namespace) -> dict:
         cmd += ["--rounds", str(args.rounds), "--head-samples", str(args.head_samples)]
         cmd += ["--threads", str(args.threads)]
         env = {"PYTHONPATH": f"{ROOT}:{ROOT / 'benchmarks'}", "OMP_NUM_THREADS": str(args.threads)}
-        proc = subprocess.Popen(cmd, env={**__import__("os").environ, **env})
-        peak = 0
-        while proc.poll() is None:
-            peak = max(peak, tree_pss(proc.pid))
-            time.sleep(0.2)
-        if proc.returncode:
-            raise SystemExit(f"{clients} clients failed")
+        _, peak, error = run_measured(cmd, {**os.environ, **env})
+        if error is not None:
+            raise SystemExit(f"{clients} clients failed:\n{error}")
         out = json.loads(report.read_text())
     return {
         "setup": out["setup"],

@@ -17,13 +17,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from anchor_job import DATA, ROOT, fedkit_config, tree_pss, write_sites
+from anchor_job import DATA, ROOT, fedkit_config, run_measured, write_sites
 
 
 def parse(setting: str) -> tuple[int, int]:
@@ -61,15 +59,9 @@ def measure(sites: Path, seed: int, setting: str, rounds: int | None) -> dict:
         }
         cmd = [sys.executable, __file__, "--worker", setting, "--sites", str(sites)]
         cmd += ["--seed", str(seed), "--report", str(report), "--rounds", str(rounds or 0)]
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        peak = 0
-        while proc.poll() is None:
-            peak = max(peak, tree_pss(proc.pid))
-            time.sleep(0.2)
-        wall = time.perf_counter() - start
-        if proc.returncode != 0:
-            raise SystemExit(f"{setting} failed:\n{proc.stderr.read().decode()[-3000:]}")
+        wall, peak, error = run_measured(cmd, env)
+        if error is not None:
+            raise SystemExit(f"{setting} failed:\n{error}")
         out = json.loads(report.read_text())
     steady = out["rounds"][1:] or out["rounds"]
     return {"wall": wall, "round": statistics.median(steady), "pss": peak, "final": out["final"]}

@@ -278,18 +278,23 @@ def _query(
     return torch.cat(out).numpy(), classes
 
 
-def _precomputed(path: str, public: PublicSet) -> tuple[np.ndarray, list[str]]:
+def _load_precomputed(path: str) -> tuple[np.ndarray, list[str] | None]:
+    """A precomputed API's ``probs`` (an .npy, or an .npz with ``probs`` and optionally
+    ``classes``) and its class names when the file has them."""
     file = Path(path)
     if not file.is_file():
         raise FedkitError(f"precomputed API file {path} does not exist")
-    if file.suffix == ".npz":
-        with np.load(file, allow_pickle=False) as f:
-            if "probs" not in f.files:
-                raise FedkitError(f"{path} has no 'probs' array")
-            probs = f["probs"]
-            classes = [str(c) for c in f["classes"]] if "classes" in f.files else None
-    else:
-        probs, classes = np.load(file, allow_pickle=False), None
+    if file.suffix != ".npz":
+        return np.load(file, allow_pickle=False), None
+    with np.load(file, allow_pickle=False) as f:
+        if "probs" not in f.files:
+            raise FedkitError(f"{path} has no 'probs' array")
+        classes = [str(c) for c in f["classes"]] if "classes" in f.files else None
+        return f["probs"], classes
+
+
+def _precomputed(path: str, public: PublicSet) -> tuple[np.ndarray, list[str]]:
+    probs, classes = _load_precomputed(path)
     if probs.ndim != 2:
         raise FedkitError(f"{path}: probs must be (P, K), got shape {probs.shape}")
     if np.any(probs < 0) or not np.allclose(probs.sum(1), 1.0, atol=1e-3):
@@ -444,16 +449,7 @@ def _segmenter(spec: str, public: PublicSet) -> nn.Module:
 
 
 def _precomputed_maps(path: str, public: PublicSet) -> np.ndarray:
-    file = Path(path)
-    if not file.is_file():
-        raise FedkitError(f"precomputed API file {path} does not exist")
-    if file.suffix == ".npz":
-        with np.load(file, allow_pickle=False) as f:
-            if "probs" not in f.files:
-                raise FedkitError(f"{path} has no 'probs' array")
-            probs = f["probs"]
-    else:
-        probs = np.load(file, allow_pickle=False)
+    probs, _ = _load_precomputed(path)
     if probs.ndim != 4 or probs.shape[-2:] != public.labels.shape[1:]:
         raise FedkitError(
             f"{path}: per-pixel probs must be (P, K, H, W) at the public size "
