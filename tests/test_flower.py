@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -357,7 +358,9 @@ def test_fed_lwr_gives_the_local_engines_results():
 # ---------------------------------------------------------------------- slow
 
 
-def _flower_processes() -> set[int]:
+def _flower_processes(marker: str) -> set[int]:
+    """Live Flower/fedkit-on-Flower processes started with ``marker`` in their environment
+    (so runs of other users or sessions on the same machine are not counted)."""
     found = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -365,11 +368,21 @@ def _flower_processes() -> set[int]:
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             state = (entry / "stat").read_text().split()[2]
+            environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if state != "Z" and any(
-            name in cmdline
-            for name in ("flower-", "flwr-", "fedkit_core.cli flower", "fedkit_core.engines.flower")
+        if (
+            state != "Z"
+            and marker.encode() in environ
+            and any(
+                name in cmdline
+                for name in (
+                    "flower-",
+                    "flwr-",
+                    "fedkit_core.cli flower",
+                    "fedkit_core.engines.flower",
+                )
+            )
         ):
             found.add(int(entry.name))
     return found
@@ -382,7 +395,7 @@ def test_loopback_deployment_gives_the_local_results_and_leaves_no_process(tmp_p
     with each node's key registered; a node whose key is not registered is refused. One
     client raises in round 1 and another's ClientApp process exits in round 2: each retry
     (client_retries=1) heals it, so the results are still the local engine's."""
-    before = _flower_processes()
+    marker = f"FEDKIT_TEST_RUN={uuid.uuid4().hex}"  # tells this run's processes from others'
     out = tmp_path / "deployed"
     attempts = tmp_path / "attempts"
     attempts.mkdir()
@@ -394,6 +407,7 @@ def test_loopback_deployment_gives_the_local_results_and_leaves_no_process(tmp_p
             [str(plugin), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
         ),
         "INTRUDER": "1",
+        "FEDKIT_TEST_RUN": marker.split("=", 1)[1],
     }
     faults = ["--plugin", "test-faults", "--set", "test-faults.faults=[raise:site1:1,exit:site0:2]"]
     faults += ["--set", f"test-faults.dir={attempts}", "--set", "client_retries=1"]
@@ -406,7 +420,7 @@ def test_loopback_deployment_gives_the_local_results_and_leaves_no_process(tmp_p
         timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert _flower_processes() - before == set()
+    assert _flower_processes(marker) == set()
     intruder = done.stdout.split("---- intruder.log (why it stopped)")[1]
     assert "Failed to activate SuperNode" in intruder, intruder
     deployed = json.loads((out / "results.json").read_text())
