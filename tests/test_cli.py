@@ -86,6 +86,8 @@ USER_ERRORS = {
     "not a run dir": (lambda tmp: ["resume", str(tmp)], "not a fedkit run directory"),
     "bad seeds": (["compare", "fedavg", "--seeds", "a,b"], "--seeds"),
     "no seeds": (["compare", "fedavg", "--seeds", ""], "--seeds is empty"),
+    "zero jobs": (["compare", "fedavg", "--jobs", "0"], "--jobs must be a whole number"),
+    "jobs with logger": (["compare", "fedavg", "-j", "2", "--logger", "csv"], "without --jobs"),
     "negative alpha": (
         ["run", "--set", "partition.kind=dirichlet", "--set", "partition.alpha=-1"],
         "partition.alpha must be above 0",

@@ -117,6 +117,13 @@ def compare(
     engine: str | None = EngineOpt,
     device: str | None = DeviceOpt,
     out: Path = typer.Option(Path("runs/compare"), "--out", "-o", help="output directory"),
+    jobs: int = typer.Option(
+        1,
+        "--jobs",
+        "-j",
+        help="runs at once, each in its own process with cores/jobs torch threads "
+        "(last digits can differ from a serial run's)",
+    ),
     quiet: bool = QuietOpt,
     logger: list[str] = LoggerOpt,
 ) -> None:
@@ -134,6 +141,8 @@ def compare(
         raise FedkitError(f"--seeds expects comma-separated integers, got {seeds!r}") from None
     if not seed_list:
         raise FedkitError("--seeds is empty; give at least one seed, e.g. --seeds 0,1,2")
+    if jobs > 1 and logger:
+        raise FedkitError("--logger tracks runs of this process: use it without --jobs")
     base = layers_of(
         config, [], task, [], rounds=rounds, clients=clients, engine=engine, device=device
     )
@@ -148,7 +157,20 @@ def compare(
         with observe(quiet, title, logger, path) as observer:
             return api.run(layers, out=path, observer=observer, reuse=True)
 
-    found = cmp.compare(runspecs, seeds=seed_list, out=out, base=base, sets=sets, run_one=run_one)
+    def on_done(spec, seed):
+        if not quiet:
+            console.print(f"[{next(counter)}/{total}] {spec} seed {seed} done")
+
+    found = cmp.compare(
+        runspecs,
+        seeds=seed_list,
+        out=out,
+        base=base,
+        sets=sets,
+        run_one=run_one,
+        jobs=jobs,
+        on_done=on_done,
+    )
     if not quiet:
         seeds_text = ", ".join(map(str, found.seeds))
         console.print(rows_table(found.rows(), f"mean ± std over seeds {seeds_text}, last round"))

@@ -390,6 +390,8 @@ def compare(
     base: Sequence[Mapping[str, Any]] = (),
     sets: Mapping[str, Any] | None = None,
     run_one: Callable[[list[Mapping[str, Any]], Path, str, int], Results] | None = None,
+    jobs: int = 1,
+    on_done: Callable[[str, int], None] | None = None,
 ) -> Comparison:
     """Run every runspec for every seed (reusing or continuing runs of the same config) and
     summarise exactly those runs.
@@ -397,6 +399,9 @@ def compare(
     ``base``: config layers shared by all runs (a YAML file, task flags); ``sets``: ``--set``
     pairs, filtered per runspec; ``run_one(layers, out_dir, spec, seed)`` runs or continues one
     (default: :func:`fedkit_core.api.run` with ``reuse=True``, without progress display).
+    With ``jobs`` > 1 the runs go to that many worker processes instead
+    (:mod:`fedkit_core.results.parallel`; ``run_one`` is then unused and ``on_done(spec,
+    seed)`` reports each finished run).
     Folders holding runs of another config are refused before anything runs, and the summary
     files of an earlier comparison in ``out`` are removed first, so they never outlive it.
     """
@@ -410,16 +415,22 @@ def compare(
 
     if DIFF in runspecs:
         raise FedkitError(f"a runspec may not be named {DIFF!r}: compare.json keeps that key")
+    if not isinstance(jobs, int) or jobs < 1:
+        raise FedkitError(f"--jobs must be a whole number of at least 1, got {jobs!r}")
     plan = planned_runs(runspecs, seeds, out, base, sets or {})
     refuse_foreign_runs(plan)
     for stale in out.glob("compare.*"):
         stale.unlink()
+    if jobs > 1:
+        from fedkit_core.results.parallel import run_parallel
+
+        done = run_parallel(plan, jobs, on_done)
+    else:
+        done = [run_one(layers, path, spec, seed) for spec, seed, path, layers in plan]
     runs: dict[str, list[Results]] = {}
-    main = None
-    for spec, seed, path, layers in plan:
-        results = run_one(layers, path, spec, seed)
+    for (spec, *_), results in zip(plan, done, strict=True):
         runs.setdefault(spec, []).append(results)
-        main = results["task"]["main_metric"]
+    main = done[-1]["task"]["main_metric"]
     table = aggregate(runs)
     diff = paired_table(table)
     write_json(out / "compare.json", {**table, DIFF: diff} if diff else table)

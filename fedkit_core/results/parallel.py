@@ -1,0 +1,79 @@
+"""Run a comparison's runs in parallel processes (``fedkit compare --jobs N``).
+
+Each run is an ordinary run directory written by :func:`fedkit_core.api.run` in a fresh
+(spawned, not forked: OpenMP is not fork-safe) process, so an interrupted parallel comparison
+continues like a serial one. The cores are split between the jobs (``cores // jobs`` torch
+threads each): a run's numbers can differ from a serial run's in the last digits, as
+floating-point reductions depend on the thread count; runs at the same thread count are
+bitwise identical however they were scheduled.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from fedkit_core.errors import FedkitError
+from fedkit_core.results.schema import Results
+
+Plan = Sequence[tuple[str, int, Path, list[Mapping[str, Any]]]]
+
+
+def threads_per_job(jobs: int) -> int:
+    """Torch threads for each of ``jobs`` parallel runs: the cores split evenly, at least 1."""
+    return max(1, (os.cpu_count() or 1) // jobs)
+
+
+def _start_worker(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _run_child(layers: list[Mapping[str, Any]], path: Path) -> str | None:
+    """One run in a worker process; a user error comes back as its message."""
+    from fedkit_core import api
+
+    try:
+        api.run(layers, out=path, reuse=True)
+    except FedkitError as err:
+        return str(err)
+    return None
+
+
+def run_parallel(
+    plan: Plan, jobs: int, on_done: Callable[[str, int], None] | None = None
+) -> list[Results]:
+    """Every run of ``plan`` in ``jobs`` worker processes; their results in plan order.
+
+    ``on_done(runspec, seed)`` is called as each run finishes (for a progress display). The
+    first failing run stops the comparison: runs not yet started are cancelled, and its error
+    is raised naming the run (finished runs stay in their folders and are reused next time).
+    """
+    context = get_context("spawn")
+    with ProcessPoolExecutor(
+        max_workers=min(jobs, len(plan)),
+        mp_context=context,
+        initializer=_start_worker,
+        initargs=(threads_per_job(jobs),),
+    ) as pool:
+        futures = {
+            pool.submit(_run_child, layers, path): (spec, seed) for spec, seed, path, layers in plan
+        }
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                spec, seed = futures[future]
+                error = future.result()  # a bug in a run re-raises here, with its traceback
+                if error is not None:
+                    for other in pending:
+                        other.cancel()
+                    raise FedkitError(f"{spec} seed {seed}: {error}")
+                if on_done is not None:
+                    on_done(spec, seed)
+    return [Results.load(path) for _, _, path, _ in plan]

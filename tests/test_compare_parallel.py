@@ -1,0 +1,64 @@
+"""``fedkit compare --jobs``: runs in worker processes give the very runs a serial comparison
+gives at the same thread count, and a failing run is one clear error naming it."""
+
+import json
+
+import pytest
+import torch
+
+from fedkit_core import FedkitError
+from fedkit_core.results.compare import compare
+from fedkit_core.results.parallel import threads_per_job
+from fedkit_core.testing import tiny
+
+
+def _scores(table):
+    """A comparison's table without its timings."""
+    return {
+        spec: {metric: v for metric, v in metrics.items() if "seconds" not in metric}
+        for spec, metrics in table.items()
+    }
+
+
+def _rounds(path):
+    records = json.loads(path.read_text())["rounds"]
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in records]
+
+
+def test_parallel_runs_equal_serial_runs_at_the_same_thread_count(tmp_path):
+    specs, seeds, base = ["fedavg", "fca"], [0, 1], [tiny(rounds=2)]
+    finished = []
+    parallel = compare(
+        specs,
+        seeds=seeds,
+        out=tmp_path / "parallel",
+        base=base,
+        jobs=2,
+        on_done=lambda spec, seed: finished.append((spec, seed)),
+    )
+    assert sorted(finished) == [(s, k) for s in sorted(specs) for k in seeds]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads_per_job(2))
+    try:
+        serial = compare(specs, seeds=seeds, out=tmp_path / "serial", base=base)
+    finally:
+        torch.set_num_threads(threads)
+    assert _scores(parallel.table) == _scores(serial.table)
+    assert _scores(parallel.diff) == _scores(serial.diff)
+    for spec in specs:
+        for seed in seeds:
+            run = f"{spec}/seed{seed}/results.json"
+            assert _rounds(tmp_path / "parallel" / run) == _rounds(tmp_path / "serial" / run)
+
+
+def test_a_failing_run_is_one_error_naming_it(tmp_path):
+    base = [{"task": {"name": "npz", "path": str(tmp_path / "missing.npz")}, "rounds": 1}]
+    with pytest.raises(FedkitError, match=r"^fedavg seed 0: .*missing\.npz"):
+        compare(["fedavg"], seeds=[0, 1], out=tmp_path / "c", base=base, jobs=2)
+    assert not list((tmp_path / "c").glob("compare.*"))
+
+
+@pytest.mark.parametrize("jobs", [0, -1, 1.5])
+def test_jobs_must_be_a_positive_whole_number(tmp_path, jobs):
+    with pytest.raises(FedkitError, match="--jobs must be a whole number of at least 1"):
+        compare(["fedavg"], seeds=[0], out=tmp_path, base=[tiny(rounds=1)], jobs=jobs)
