@@ -64,3 +64,24 @@ def test_each_member_gets_its_own_reply_once_per_message(monkeypatch):
         assert reply.scalars == {"view": "global"}
     assert torch.equal(first.arrays["test/labels"], member.ctx.data["test"].targets.long())
     assert results.final["round"] == 1
+
+
+def test_client_splits_are_views_of_one_gathered_copy():
+    """A thousand clients' splits cost one indexing operation, not one each: the parts are
+    views of one copy, with the very samples ``subset`` gives."""
+    import numpy as np
+
+    from fedkit_core.tasks.base import Split
+
+    images = torch.arange(30 * 2, dtype=torch.uint8).reshape(30, 2, 1, 1)
+    split = Split(images, torch.arange(30) % 3)
+    parts = [np.array([4, 2, 9]), np.array([], dtype=int), np.array([0]), np.array([29, 5])]
+    views = split.subsets(parts)
+    for view, index in zip(views, parts):
+        alone = split.subset(index)
+        assert torch.equal(view.images, alone.images) and torch.equal(view.targets, alone.targets)
+        assert view.targets.dtype == alone.targets.dtype and view.images.is_contiguous()
+    storages = {v.images.untyped_storage().data_ptr() for v in views}
+    assert len(storages) == 1 and views[0].images.untyped_storage().data_ptr() != (
+        images.untyped_storage().data_ptr()
+    )

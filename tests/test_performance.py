@@ -57,6 +57,31 @@ def test_classification_metrics_are_bitwise_scikit_learns(seed):
     assert out["bauc"] == float(np.mean(aucs))
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 6])
+def test_metrics_of_a_few_samples_are_scikit_learns(n):
+    """A thousand clients score a few samples each: bitwise scikit-learn's scores there too,
+    shot-group accuracies included (mean per-class recall)."""
+    from sklearn.metrics import balanced_accuracy_score, f1_score, recall_score
+
+    from fedkit_core.metrics.classification import classification_metrics
+
+    groups = {"head": [0, 1], "medium": [2], "tail": [3, 4]}
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        labels = rng.integers(0, 5, n)
+        probs = rng.dirichlet(np.ones(5), n).astype(np.float32)
+        pred = probs.argmax(axis=1)
+        out = classification_metrics(probs, labels, groups)
+        assert out["acc"] == float((pred == labels).mean())
+        assert out["bacc"] == balanced_accuracy_score(labels, pred)
+        assert out["f1_macro"] == f1_score(labels, pred, average="macro", zero_division=0)
+        present = np.unique(labels)
+        recall = recall_score(labels, pred, labels=present, average=None, zero_division=0)
+        for group, classes in groups.items():
+            got = [r for c, r in zip(present, recall) if c in classes]
+            assert out.get(f"{group}_acc") == (float(np.mean(got)) if got else None)
+
+
 def _without_times(results):
     return [{k: v for k, v in r.items() if k != "seconds"} for r in results.rounds]
 

@@ -379,8 +379,8 @@ class SharedModel:
         """Every member's reply to ``message``. Without plugins (the only case a model is
         shared) every member evaluates the same views, those of the built-in."""
         members = list(self.members.values())
-        views = {member.id: member.views() for member in members}
         first = members[0]
+        views, served = first.views()  # the built-in's, the same for every member
         self.model.load_shared(message.arrays)
         self.model.eval()
         chunks: dict[str, dict[str, dict[str, list[torch.Tensor]]]] = {m.id: {} for m in members}
@@ -388,7 +388,7 @@ class SharedModel:
             for split in str(message.scalars["splits"]).split(","):
                 parts: dict[str, list[torch.Tensor]] = defaultdict(list)
                 for batch in _joint_batches(members, split):
-                    for name, values in _scored(first.ctx, views[first.id][0], batch).items():
+                    for name, values in _scored(first.ctx, views, batch).items():
                         parts[name].append(values)
                 whole = {name: torch.cat(values) for name, values in parts.items()}
                 offset = 0
@@ -397,7 +397,7 @@ class SharedModel:
                     sliced = {name: [v[offset : offset + n]] for name, v in whole.items()}
                     chunks[member.id][split] = sliced if n else {}
                     offset += n
-        return {m.id: m.evaluation_reply(message, *views[m.id], chunks[m.id]) for m in members}
+        return {m.id: m.evaluation_reply(message, views, served, chunks[m.id]) for m in members}
 
 
 def _joint_batches(members: list[ClientRuntime], split: str) -> Iterator[Batch]:

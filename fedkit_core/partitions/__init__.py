@@ -51,14 +51,15 @@ def partition(data: TaskData, config: Config) -> dict[str, ClientData]:
                 "partition.kind=sites the clients are the sites (drop --clients)"
             )
         clients = {name: dict(splits) for name, splits in sites.items()}
+        for splits in clients.values():
+            if "val" not in splits or len(splits["val"]) == 0:
+                splits["train"], splits["val"] = _carve(
+                    splits["train"], config["task.val_fraction"], rng
+                )
     else:
         clients = _split_pool(data, sites, kind, config, rng)
     result = {}
     for cid, splits in clients.items():
-        if "val" not in splits or len(splits["val"]) == 0:
-            splits["train"], splits["val"] = _carve(
-                splits["train"], config["task.val_fraction"], rng
-            )
         result[cid] = ClientData(cid, splits, data.num_classes, data.normalizer, data.augment)
         if len(splits["train"]) == 0:
             raise FedkitError(f"client {cid!r} received no training data; use fewer clients")
@@ -98,12 +99,24 @@ def _split_pool(
             labels, n, num, rng, alphas, config["partition.drop_prob"], config["partition.min_size"]
         )
     ids = [f"c{k}" for k in range(num)]
-    clients = {cid: {"train": train.subset(idx)} for cid, idx in zip(ids, parts)}
-    for split in ("val", "test"):
-        if split not in pool:
-            continue
-        for cid, idx in zip(ids, _follow(pool[split], parts, labels, data, rng)):
-            clients[cid][split] = pool[split].subset(idx)
+    held = {
+        split: _follow(pool[split], parts, labels, data, rng)
+        for split in ("val", "test")
+        if split in pool
+    }
+    # a client without val samples holds out a share of its own training samples (the
+    # same draws, in the same order, as carving each client's train split would make)
+    carved: dict[int, np.ndarray] = {}
+    for k, idx in enumerate(parts):
+        if "val" not in held or len(held["val"][k]) == 0:
+            keep, out = _carve_index(len(idx), config["task.val_fraction"], rng)
+            parts[k], carved[k] = idx[keep], idx[out]
+    clients = {cid: {"train": s} for cid, s in zip(ids, train.subsets(parts))}
+    for split, index in held.items():
+        for cid, part in zip(ids, pool[split].subsets(index)):
+            clients[cid][split] = part
+    for k, part in zip(carved, train.subsets(list(carved.values()))):
+        clients[ids[k]]["val"] = part
     return clients
 
 
@@ -137,6 +150,12 @@ def _with_test(splits: dict[str, Split], fraction: float, rng) -> dict[str, Spli
 
 def _carve(split: Split, fraction: float, rng) -> tuple[Split, Split]:
     """Random ``fraction`` of ``split`` (at least one sample) held out."""
-    order = rng.permutation(len(split))
-    held = max(1, int(round(fraction * len(split)))) if len(split) > 1 else 0
-    return split.subset(np.sort(order[held:])), split.subset(np.sort(order[:held]))
+    keep, out = _carve_index(len(split), fraction, rng)
+    return split.subset(keep), split.subset(out)
+
+
+def _carve_index(n: int, fraction: float, rng) -> tuple[np.ndarray, np.ndarray]:
+    """The kept and the held-out positions (each sorted) of carving ``fraction`` of ``n``."""
+    order = rng.permutation(n)
+    held = max(1, int(round(fraction * n))) if n > 1 else 0
+    return np.sort(order[held:]), np.sort(order[:held])

@@ -76,6 +76,17 @@ class Split:
         index = torch.as_tensor(np.asarray(index), dtype=torch.long)
         return Split(self.images[index], self.targets[index])
 
+    def subsets(self, indices: Sequence[np.ndarray]) -> list[Split]:
+        """``[self.subset(i) for i in indices]`` as views of one gathered copy: one
+        indexing operation whatever the number of parts (a thousand clients' splits would
+        otherwise be thousands of small copies, each a torch call, slow on a loaded
+        machine)."""
+        sizes = [len(i) for i in indices]
+        flat = [np.asarray(i, dtype=np.int64).reshape(-1) for i in indices]
+        whole = self.subset(np.concatenate(flat) if flat else np.zeros(0, dtype=np.int64))
+        bounds = np.cumsum([0, *sizes]).tolist()
+        return [Split(whole.images[a:b], whole.targets[a:b]) for a, b in zip(bounds, bounds[1:])]
+
     @staticmethod
     def concat(splits: Sequence[Split]) -> Split:
         return Split(torch.cat([s.images for s in splits]), torch.cat([s.targets for s in splits]))
