@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "medmnist" / "pneumoniamnist.npz"
 MODES = ("bare", "fedkit-local", "fedkit-flower", "flower-raw")
 CLIENTS, ROUNDS, BATCH, LR, MOMENTUM, THREADS = 10, 5, 64, 0.05, 0.9, 2
+RAW_CACHE: dict = {}  # a raw Flower worker's data and model, loaded at its first message
 
 
 # ---------------------------------------------------------------------------- the job
@@ -230,10 +231,14 @@ def run_flower_raw(path: Path, seed: int) -> dict:
     torch.set_num_threads(THREADS)
     outcome: dict = {}
     server_app, client_app = ServerApp(), ClientApp()
-    cache: dict = {}
 
     @client_app.train()
     def train(msg: Message, context: Context) -> Message:
+        # Ray pickles this function (and anything it closes over) with every message: the
+        # cache lives in this module as the worker imports it, so it is kept per worker
+        import anchor_job
+
+        cache = anchor_job.RAW_CACHE
         torch.set_num_threads(THREADS)
         cid = client_ids()[int(context.node_config["partition-id"])]
         if "data" not in cache:

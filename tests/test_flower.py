@@ -270,6 +270,19 @@ def test_transport_resends_failed_messages_client_retries_times():
     assert sorted(grid.sent) == [2, 3, 3, 4, 4, 4]  # only failed messages are sent again
 
 
+def test_a_ray_worker_unpickles_the_client_app_once_per_run():
+    # Ray pickles a call's arguments (Flower's app_fn among them) for every message; the
+    # worker must keep one ClientApp (and its clients and data) for the run, not one a message
+    cloudpickle = pytest.importorskip("ray.cloudpickle")
+    from fedkit_core.engines.flower.simulation import WorkerApp
+
+    run_app = WorkerApp(lambda: node_module.make_client_app(node_module.Source()))
+    first = cloudpickle.loads(cloudpickle.dumps(run_app))()  # what each Ray call does
+    again = cloudpickle.loads(cloudpickle.dumps(run_app))()
+    assert first is again and first.fedkit_side is again.fedkit_side
+    assert WorkerApp(lambda: node_module.make_client_app())() is not first  # another run
+
+
 def test_waiting_for_missing_supernodes_fails_clearly():
     with pytest.raises(FedkitError, match="only 2 of 3 SuperNodes connected"):
         wait_for_nodes(FakeGrid({1: "ok", 2: "ok"}), 3, patience=0.3)

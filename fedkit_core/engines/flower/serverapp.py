@@ -35,6 +35,9 @@ from fedkit_core.tasks.base import TaskInfo
 #: seconds a deployed client's reply may take beyond ``client_timeout`` (transfer and
 #: polling) before the server stops waiting for it; the node enforces the timeout itself
 DELIVERY_SLACK = 15.0
+#: the longest wait between two pulls of replies from an in-memory (simulation) or a remote
+#: (deployed) SuperLink
+SIMULATION_PAUSE, DEPLOYED_PAUSE = 0.05, 0.5
 
 
 class FlowerTransport:
@@ -49,7 +52,8 @@ class FlowerTransport:
     ``deadline`` is the server's own limit per message (None: wait until the node replies or
     is reported gone); the per-client ``client_timeout`` is enforced where the client runs
     (the simulation backends, a deployed node's executor), since a simulation may serve its
-    clients one after another.
+    clients one after another. ``max_pause``: the longest wait between two pulls of replies
+    (a simulation's SuperLink is in memory and cheap to poll; a deployed one is remote).
     """
 
     def __init__(
@@ -58,8 +62,10 @@ class FlowerTransport:
         observer: Observer,
         deadline: float | None = None,
         retries: int = 0,
+        max_pause: float = 0.5,
     ):
         self.grid = grid
+        self.max_pause = max_pause
         self.observer = observer
         self.deadline = deadline
         self.retries = retries
@@ -121,7 +127,7 @@ class FlowerTransport:
     def _collect(self, outgoing: list[FlowerMessage]) -> dict[str, FlowerMessage]:
         """Push ``outgoing`` and pull the replies, by the id of the message they answer,
         until all came or the deadline passed. Polls fast, then backs off (0.01 s to
-        0.5 s): a reply is seen soon after it arrives without loading the SuperLink."""
+        ``max_pause``): a reply is seen soon after it arrives without loading the SuperLink."""
         ids = {str(mid) for mid in self.grid.push_messages(outgoing) if mid}
         stop = None if self.deadline is None else time.monotonic() + self.deadline
         received: dict[str, FlowerMessage] = {}
@@ -135,7 +141,7 @@ class FlowerTransport:
             if not ids or (stop is not None and time.monotonic() > stop):
                 break
             time.sleep(pause)
-            pause = min(0.5, pause * 1.5)
+            pause = min(self.max_pause, pause * 1.5)
         return received
 
 
@@ -223,7 +229,8 @@ def serve(
     # in a simulation the backend enforces client_timeout per client (it may serve them one
     # after another); deployed nodes run side by side, so the server bounds each message too
     deadline = timeout + DELIVERY_SLACK if deployed and timeout is not None else None
-    transport = FlowerTransport(grid, observer, deadline, cfg["client_retries"])
+    pause = SIMULATION_PAUSE if not deployed else DEPLOYED_PAUSE
+    transport = FlowerTransport(grid, observer, deadline, cfg["client_retries"], pause)
     task = describe(transport, wait_for_nodes(grid, nodes, opts["wait"]))
     server = Server(cfg, plugin_set, task, pick_device(cfg["device"]), observer, deployed)
     transport.setup_scalars = {TASK_KEY: json.dumps(task.to_dict())}

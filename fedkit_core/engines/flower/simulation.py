@@ -27,6 +27,7 @@ import logging
 import sys
 import threading
 import types
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -121,9 +122,10 @@ class ThreadBackend(Backend):
 
     One at a time keeps runs deterministic: clients seed torch's global generator before
     building their model, which concurrent threads would interleave. Each call gets a
-    daemon thread of its own and a copy of the node context, so a call that misses
-    ``client_timeout`` is abandoned without touching the context or keeping the process
-    alive; a client that calls ``sys.exit`` fails like one that raises.
+    daemon thread of its own when ``client_timeout`` is set (else it runs in the calling
+    thread) and a copy of the node context, so a call that misses ``client_timeout`` is
+    abandoned without touching the context or keeping the process alive; a client that
+    calls ``sys.exit`` fails like one that raises.
     """
 
     def __init__(self, backend_config: dict[str, Any]) -> None:
@@ -159,10 +161,13 @@ class ThreadBackend(Backend):
             except BaseException as err:  # noqa: BLE001 - SystemExit too: the client exited
                 outcome["error"] = err
 
-        thread = threading.Thread(target=call, name="fedkit-client", daemon=True)
-        thread.start()
-        thread.join(self.timeout)
-        if thread.is_alive():
+        if self.timeout is None:  # nothing to abandon: no thread of its own
+            call()
+        else:
+            thread = threading.Thread(target=call, name="fedkit-client", daemon=True)
+            thread.start()
+            thread.join(self.timeout)
+        if "reply" not in outcome and "error" not in outcome:  # still running: abandoned
             side = getattr(app, "fedkit_side", None)
             if side is not None:
                 side.abandon(context)
@@ -192,7 +197,7 @@ def fedkit_ray_backend() -> type[Backend]:
             super().__init__({k: v for k, v in backend_config.items() if k != FEDKIT_KEY})
 
         def build(self, app_fn: Callable[[], ClientApp]) -> None:
-            super().build(app_fn)
+            super().build(WorkerApp(app_fn))
             assert self.pool is not None
             self._warm(list(self.pool.pool))
 
@@ -236,6 +241,33 @@ def fedkit_ray_backend() -> type[Backend]:
             return reply, updated
 
     return FedkitRayBackend
+
+
+_WORKER_APP: tuple[str, ClientApp] | None = None  # a Ray worker's ClientApp, by its token
+
+
+class WorkerApp:
+    """The ``app_fn`` handed to Ray workers: the ClientApp is unpickled once per worker.
+
+    Ray pickles a task's arguments with every call, and Flower passes ``app_fn`` with every
+    message: the ClientApp, and with it fedkit's client side (the node's data and clients),
+    would be rebuilt for every message. This carries the pickled ClientApp as bytes and a
+    token for the run; a worker unpickles it at its first message and keeps it.
+    """
+
+    def __init__(self, app_fn: Callable[[], ClientApp]) -> None:
+        from ray import cloudpickle
+
+        self.token = uuid.uuid4().hex
+        self.blob = cloudpickle.dumps(app_fn)
+
+    def __call__(self) -> ClientApp:
+        global _WORKER_APP
+        if _WORKER_APP is None or _WORKER_APP[0] != self.token:
+            from ray import cloudpickle
+
+            _WORKER_APP = (self.token, cloudpickle.loads(self.blob)())
+        return _WORKER_APP[1]
 
 
 @contextmanager
