@@ -35,6 +35,7 @@ from fedkit_core.messages import (
 from fedkit_core.metrics.fairness import fairness
 from fedkit_core.metrics.statistics import add_stats
 from fedkit_core.plugins import PluginSet
+from fedkit_core.results.schema import best_round
 from fedkit_core.tasks.base import CLASSIFICATION, TaskInfo
 
 
@@ -288,28 +289,52 @@ class Server:
 
     def evaluate(self, transport: Transport, rnd: int) -> dict[str, Any]:
         """Every client evaluates the new global model (and its own views); metrics per
-        split, view and scope."""
-        mode = self.evaluation
+        split, view and scope. Validation is scored in every evaluated round, the test split
+        with ``eval_test=every``, in the last round, and otherwise (``improved``) only when
+        validation makes this round the best so far (:func:`best_round`, the choice of
+        ``final.best``): the final and best-round results are those of ``every``."""
+        if self.config["eval_test"] == "every" or rnd == self.config["rounds"]:
+            arrays, served = self._evaluate(transport, rnd, "val,test")
+            val = self._scopes(arrays, served, "val")
+        else:
+            arrays, served = self._evaluate(transport, rnd, "val")
+            val = self._scopes(arrays, served, "val")
+            if not self._improves(rnd, val):
+                return {"evaluated": ["val"], "val": val}
+            arrays, served = self._evaluate(transport, rnd, "test")
+        test = self._scopes(arrays, served, "test")
+        return {"evaluated": ["val", "test"], **test, "val": val}
+
+    def _evaluate(
+        self, transport: Transport, rnd: int, splits: str
+    ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, str]]:
+        """Send every client an ``evaluate`` message for ``splits``; the replies' arrays
+        and the view that scores each client."""
         message = Message(
-            "evaluate", self.ctx.global_state, {"round": rnd, "splits": "val,test", "mode": mode}
+            "evaluate",
+            self.ctx.global_state,
+            {"round": rnd, "splits": splits, "mode": self.evaluation},
         )
         replies = self.send(transport, {cid: message for cid in self.client_ids})
         ok = self._failures("evaluate", rnd, replies, required=self._required(len(self.client_ids)))
         served = {cid: str(replies[cid].scalars["view"]) for cid in ok}
         arrays = {cid: {k: v.numpy() for k, v in replies[cid].arrays.items()} for cid in ok}
-        test = self._scopes(arrays, served, "test", mode)
-        val = self._scopes(arrays, served, "val", mode)
-        return {**test, "val": val}
+        return arrays, served
+
+    def _improves(self, rnd: int, val: Mapping[str, Any]) -> bool:
+        """Whether round ``rnd``'s validation scopes make it the best round so far."""
+        evaluated = [r for r in self.records if "val" in r] + [{"round": rnd, "val": val}]
+        best = best_round(evaluated, self.task.main_metric)
+        return best is not None and best[0]["round"] == rnd
 
     def _scopes(
         self,
         arrays: dict[str, dict[str, np.ndarray]],
         served: dict[str, str],
         split: str,
-        mode: str,
     ) -> dict[str, Any]:
         per_view = _by_view(arrays, split)
-        combine = _sum_stats if mode == "federated" else _concat
+        combine = _sum_stats if self.evaluation == "federated" else _concat
         views: dict[str, Any] = {}
         for view, clients in per_view.items():
             scores = {cid: self._metrics(values) for cid, values in clients.items()}
