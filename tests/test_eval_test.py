@@ -11,38 +11,52 @@ from fedkit_core.results.plots import plot_run
 from fedkit_core.results.schema import SCOPES, has_test, metrics_csv
 from fedkit_core.testing import tiny
 
-#: validation falls in round 4 of this run (checked below, so the test cannot pass vacuously)
-CONFIG = tiny(rounds=5, lr=3e-3)
+#: validation falls in round 4 and the best round is 5 (checked below: no vacuous pass)
+CONFIG = tiny(rounds=6, lr=3e-3)
+
+
+class Stateful:
+    """A plugin: clients may evaluate with state of their own, so improving rounds are
+    tested at once instead of keeping the global model for the last round."""
+
+    def fedkit_client_report(self, client):
+        return {}
 
 
 @pytest.fixture(scope="module")
-def runs():
-    return run({**CONFIG, "eval_test": "every"}), run(CONFIG)
+def every():
+    return run({**CONFIG, "eval_test": "every"})
 
 
-def test_improved_keeps_final_and_best_results(runs):
-    every, improved = runs
+@pytest.mark.parametrize("plugins", [None, {"stateful": Stateful()}], ids=["global", "plugin"])
+def test_improved_keeps_final_and_best_results(every, plugins):
+    improved = run(CONFIG, plugins=plugins)
     for key in (*SCOPES, "round", "best"):
         assert improved.final[key] == every.final[key], key
-    best = 0.0
+    best, improving = 0.0, []
     for full, record in zip(every.rounds, improved.rounds, strict=True):
         assert record["val"] == full["val"]  # validation every round, as with every
         score = full["val"]["global"]["bacc"]
-        expected = score > best or record["round"] == CONFIG["rounds"]
-        best = max(best, score)
-        assert has_test(record) == expected, record["round"]
-        if expected:
+        if score > best:
+            best, improving = score, [*improving, record["round"]]
+    assert 1 < len(improving) < CONFIG["rounds"]  # a round without improvement
+    last = CONFIG["rounds"]
+    # without plugins only the best round and the last are tested, else every improving one
+    expected = {improved.final["best"]["round"], last} if plugins is None else {*improving, last}
+    for full, record in zip(every.rounds, improved.rounds, strict=True):
+        assert has_test(record) == (record["round"] in expected), record["round"]
+        if has_test(record):
             assert {k: record[k] for k in SCOPES} == {k: full[k] for k in SCOPES}
         else:  # honest: no test scores, as in a round not evaluated
             assert record["evaluated"] == ["val"]
             assert record["global"] == record["clients"] == {}
             assert not set(SCOPES[2:]) & set(record)
-    skipped = [r["round"] for r in improved.rounds if not has_test(r)]
-    assert skipped and len(skipped) < CONFIG["rounds"] - 1
+    if plugins is None:
+        assert improved.final["best"]["round"] != last  # the kept best model was tested
 
 
-def test_readers_skip_rounds_without_test(runs, tmp_path):
-    _, improved = runs
+def test_readers_skip_rounds_without_test(tmp_path):
+    improved = run(CONFIG)
     rows = metrics_csv(improved.rounds).splitlines()
     for record in improved.rounds:
         test_rows = [r for r in rows if r.startswith(f"{record['round']},test,")]
