@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from fedkit_core import run
+from fedkit_core import resume, run
+from fedkit_core.engines.server import Observer
 from fedkit_core.errors import FedkitError
 from fedkit_core.results.plots import plot_run
 from fedkit_core.results.schema import SCOPES, has_test, metrics_csv
@@ -53,6 +54,28 @@ def test_improved_keeps_final_and_best_results(every, plugins):
             assert not set(SCOPES[2:]) & set(record)
     if plugins is None:
         assert improved.final["best"]["round"] != last  # the kept best model was tested
+
+
+class Interrupt(Observer):
+    """Stops the run after a round (its checkpoint is written by then)."""
+
+    def __init__(self, after: int):
+        self.after = after
+
+    def on_round_end(self, record):
+        if record["round"] == self.after:
+            raise KeyboardInterrupt
+
+
+def test_the_kept_best_model_survives_a_resume(every, tmp_path):
+    """Interrupted after the best round (5, kept untested), resumed: the last round tests
+    the kept model from the server's checkpoint."""
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run({**CONFIG, "checkpoint": True}, out=out, observer=Interrupt(5))
+    resumed = resume(out)
+    assert resumed.final["best"] == every.final["best"]
+    assert resumed.final["best"]["round"] == 5
 
 
 def test_readers_skip_rounds_without_test(tmp_path):
