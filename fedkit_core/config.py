@@ -49,6 +49,16 @@ CORE_OPTIONS: tuple[Option, ...] = (
     Option("eval_batch_size", int, 256, "evaluation batch size"),
     Option("eval_every", int, 1, "evaluate every N rounds (the last round always)"),
     Option(
+        "eval_test",
+        str,
+        "improved",
+        "which evaluated rounds also score the test split (validation is scored in every "
+        "one): improved (the rounds whose validation makes them the best round so far, as "
+        "final.best chooses it, and the last round: final and best results as with every) "
+        "or every",
+        choices=("improved", "every"),
+    ),
+    Option(
         "evaluation",
         str,
         "auto",

@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fedkit_core.engines.server import Observer
+from fedkit_core.results.schema import has_test
 
 
 def _fmt(value: Any) -> str:
@@ -65,12 +66,18 @@ class RichProgress(Observer):
 
     def on_round_end(self, record: dict[str, Any]) -> None:
         text = ""
-        if "val" in record:
+        if has_test(record):
             glob, fair = record["global"] or record["clients_mean"], record.get("fairness", {})
             main = fair.get("metric") or next(iter(glob))
             text = f"{main} {glob.get(main, float('nan')):.3f}"
             if fair:
                 text += f"  clients std {fair['std']:.3f} worst {fair['worst']:.3f}"
+        elif "val" in record:  # eval_test=improved: validation did not improve, no test
+            val = record["val"]
+            glob, main = val["global"] or val["clients_mean"], val["fairness"].get("metric")
+            main = main or next(iter(glob), None)
+            if main is not None:
+                text = f"val {main} {glob.get(main, float('nan')):.3f} (no better: test not scored)"
         self.progress.update(self.rounds, advance=1, metrics=text)
 
 

@@ -35,6 +35,7 @@ from fedkit_core.messages import (
 from fedkit_core.metrics.fairness import fairness
 from fedkit_core.metrics.statistics import add_stats
 from fedkit_core.plugins import PluginSet
+from fedkit_core.results.schema import best_round
 from fedkit_core.tasks.base import CLASSIFICATION, TaskInfo
 
 
@@ -121,6 +122,11 @@ class Server:
         #: bytes sent to ("down") and received from ("up") each client in the current phase
         self.traffic: dict[str, dict[str, int]] = {}
         self.setup_traffic: dict[str, dict[str, int]] = {}
+        #: whether clients evaluate the global model alone (no plugins, nothing private)
+        self.global_only = False
+        #: ``eval_test=improved`` with :attr:`global_only`: the round best on validation so
+        #: far and its global state, whose test split is scored in the last round if needed
+        self.best_state: dict[str, Any] | None = None
 
     @property
     def hook(self) -> Any:
@@ -153,6 +159,7 @@ class Server:
         torch.manual_seed(derive_seed(self.config["seed"], "model", "server"))
         model = build_model(self.plugins, self.ctx)
         self.ctx.global_state = model.shared_state()
+        self.global_only = not self.plugins.active and not model.private_state()
 
     def setup_clients(self, transport: Transport, ids: Iterable[str]) -> None:
         """Send the server priors; with ``task.shot_thresholds`` set, the clients' training
@@ -288,28 +295,80 @@ class Server:
 
     def evaluate(self, transport: Transport, rnd: int) -> dict[str, Any]:
         """Every client evaluates the new global model (and its own views); metrics per
-        split, view and scope."""
-        mode = self.evaluation
+        split, view and scope. Validation is scored in every evaluated round, the test split
+        with ``eval_test=every`` in every one too; with ``improved`` only in the last round
+        and in the round that :func:`best_round` (the choice of ``final.best``) reports, so
+        the final and best-round results are those of ``every``.
+
+        A round whose validation makes it the best so far is tested at once when clients
+        evaluate with state of their own (plugins, private model entries); else evaluation
+        depends on the global model alone, which is kept (:attr:`best_state`) and tested in
+        the last round only if no later round did better (its record gets the test scopes
+        then), so a run tests the test split once or twice."""
+        every = self.config["eval_test"] == "every"
+        if every or rnd == self.config["rounds"]:
+            arrays, served = self._evaluate(transport, rnd, "val,test", self.ctx.global_state)
+            val = self._scopes(arrays, served, "val")
+            if not every and not self._improves(rnd, val):
+                self._test_kept_best(transport, rnd, val)
+        else:
+            arrays, served = self._evaluate(transport, rnd, "val", self.ctx.global_state)
+            val = self._scopes(arrays, served, "val")
+            if not self._improves(rnd, val):
+                return {"evaluated": ["val"], "val": val}
+            if self.global_only:
+                state = {k: v.clone() for k, v in self.ctx.global_state.items()}
+                self.best_state = {"round": rnd, "state": state}
+                return {"evaluated": ["val"], "val": val}
+            arrays, served = self._evaluate(transport, rnd, "test", self.ctx.global_state)
+        test = self._scopes(arrays, served, "test")
+        return {"evaluated": ["val", "test"], **test, "val": val}
+
+    def _test_kept_best(self, transport: Transport, last: int, val: Mapping[str, Any]) -> None:
+        """Score the test split of the kept best round's global model into its record (the
+        ``last`` round, of validation scopes ``val``, did not do better)."""
+        kept = self.best_state
+        if kept is None or self._best_so_far(last, val) != kept["round"]:
+            return
+        rnd = self.best_state["round"]
+        arrays, served = self._evaluate(transport, rnd, "test", self.best_state["state"])
+        record = next(r for r in self.records if r["round"] == rnd)
+        record.update({"evaluated": ["val", "test"], **self._scopes(arrays, served, "test")})
+
+    def _evaluate(
+        self, transport: Transport, rnd: int, splits: str, state: Arrays
+    ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, str]]:
+        """Send every client an ``evaluate`` message of the global ``state`` of round
+        ``rnd`` for ``splits``; the replies' arrays and the view that scores each client."""
         message = Message(
-            "evaluate", self.ctx.global_state, {"round": rnd, "splits": "val,test", "mode": mode}
+            "evaluate",
+            state,
+            {"round": rnd, "splits": splits, "mode": self.evaluation},
         )
         replies = self.send(transport, {cid: message for cid in self.client_ids})
         ok = self._failures("evaluate", rnd, replies, required=self._required(len(self.client_ids)))
         served = {cid: str(replies[cid].scalars["view"]) for cid in ok}
         arrays = {cid: {k: v.numpy() for k, v in replies[cid].arrays.items()} for cid in ok}
-        test = self._scopes(arrays, served, "test", mode)
-        val = self._scopes(arrays, served, "val", mode)
-        return {**test, "val": val}
+        return arrays, served
+
+    def _improves(self, rnd: int, val: Mapping[str, Any]) -> bool:
+        """Whether round ``rnd``'s validation scopes make it the best round so far."""
+        return self._best_so_far(rnd, val) == rnd
+
+    def _best_so_far(self, rnd: int, val: Mapping[str, Any]) -> int | None:
+        """The best round on validation of the records and round ``rnd`` (scopes ``val``)."""
+        evaluated = [r for r in self.records if "val" in r] + [{"round": rnd, "val": val}]
+        best = best_round(evaluated, self.task.main_metric)
+        return None if best is None else best[0]["round"]
 
     def _scopes(
         self,
         arrays: dict[str, dict[str, np.ndarray]],
         served: dict[str, str],
         split: str,
-        mode: str,
     ) -> dict[str, Any]:
         per_view = _by_view(arrays, split)
-        combine = _sum_stats if mode == "federated" else _concat
+        combine = _sum_stats if self.evaluation == "federated" else _concat
         views: dict[str, Any] = {}
         for view, clients in per_view.items():
             scores = {cid: self._metrics(values) for cid, values in clients.items()}
@@ -354,6 +413,7 @@ class Server:
             "records": self.records,
             "events": self.events,
             "seconds": self.seconds,
+            "best_state": self.best_state,
         }
 
     def restore(self, snap: dict[str, Any]) -> None:
@@ -364,6 +424,7 @@ class Server:
         self.records = snap["records"]
         self.events = snap["events"]
         self.seconds = snap["seconds"]
+        self.best_state = snap.get("best_state")
 
 
 def _mean_metrics(metrics: Iterable[dict[str, float]]) -> dict[str, float]:

@@ -14,6 +14,7 @@ import numpy as np
 
 from fedkit_core.errors import FedkitError
 from fedkit_core.results.labels import client_view, metric_name
+from fedkit_core.results.schema import has_test
 from fedkit_core.results.store import _atomic
 
 FORMATS = ("png", "pdf", "svg")
@@ -105,7 +106,7 @@ def plot_run(results: Mapping[str, Any], directory: Path) -> list[Path]:
     plt = _pyplot()
     main = results["task"]["main_metric"]
     name = metric_name(main)
-    evaluated = [r for r in results["rounds"] if "val" in r]
+    evaluated = [r for r in results["rounds"] if has_test(r)]
     if not evaluated:
         return []
     final = results["final"]
@@ -189,9 +190,9 @@ _PANELS = (  # (round record scope, key, panel title)
 
 
 def _per_round(runs: Sequence[Mapping[str, Any]], scope: str, key: str | None) -> tuple:
-    """Rounds evaluated in every run and the ``(runs, rounds)`` values of one scope."""
+    """Rounds with test scores in every run and the ``(runs, rounds)`` values of one scope."""
     main = runs[0]["task"]["main_metric"]
-    evaluated = [{r["round"]: r for r in x["rounds"] if "val" in r} for x in runs]
+    evaluated = [{r["round"]: r for r in x["rounds"] if has_test(r)} for x in runs]
     rounds = sorted(set.intersection(*(set(e) for e in evaluated)))
     values = [[(e[k].get(scope) or {}).get(key or main, np.nan) for k in rounds] for e in evaluated]
     return rounds, np.array(values, dtype=float)

@@ -3,17 +3,20 @@
 Top level: ``status`` (running / complete), ``config`` (resolved), ``plugins`` (name ->
 version), ``task`` (description and client ids), ``device``, ``rounds`` (one record per
 round: ``round``, ``sampled``, ``train`` losses per client, ``bytes`` ({client id: {"down",
-"up"}} as serialised), and on evaluated rounds ``global``, ``clients``, ``clients_mean``,
-``fairness``, ``summary``, ``views`` ({view: {"global", "clients"}}) on the test split plus
-the same under ``val``), ``setup_bytes``, ``events`` (client failures), ``priors`` (each server
-prior sent to the clients at setup: ``shape``, ``dtype`` and the ``sha256`` of its bytes, so
-frozen knowledge such as FedCB's text statistics is identifiable) and ``final``.
+"up"}} as serialised), and on evaluated rounds ``evaluated`` (the splits scored: ``["val",
+"test"]``, or ``["val"]`` in a round whose test split ``eval_test=improved`` skipped: its
+``global`` and ``clients`` are then empty, as in a round not evaluated, and the other test
+scopes absent), ``global``, ``clients``, ``clients_mean``, ``fairness``, ``summary``,
+``views`` ({view: {"global", "clients"}}) on the test split plus the same under ``val``),
+``setup_bytes``, ``events`` (client failures), ``priors`` (each server prior sent to the
+clients at setup: ``shape``, ``dtype`` and the ``sha256`` of its bytes, so frozen knowledge
+such as FedCB's text statistics is identifiable) and ``final``.
 
-``final`` holds the last round's ``global``, ``clients``, ``clients_mean``, ``fairness``
-(``std`` and ``worst`` of the main metric across clients), ``summary``, ``views``; ``best``
-(the round with the best pooled validation main metric, or the best clients' mean where no
-pooled global view exists, and its test scopes), ``bytes`` (totals down and up, setup
-included) and ``wall_seconds``.
+``final`` holds the last round's (of a running run: the last round with test scores)
+``global``, ``clients``, ``clients_mean``, ``fairness`` (``std`` and ``worst`` of the main
+metric across clients), ``summary``, ``views``; ``best`` (the round with the best pooled
+validation main metric, or the best clients' mean where no pooled global view exists, and
+its test scopes), ``bytes`` (totals down and up, setup included) and ``wall_seconds``.
 """
 
 from __future__ import annotations
@@ -58,20 +61,40 @@ def _evaluated(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [r for r in records if "val" in r]
 
 
-def _best(evaluated: Sequence[Mapping[str, Any]], main: str) -> dict[str, Any] | None:
-    """The round with the best validation main metric: pooled, else the clients' mean."""
+def has_test(record: Mapping[str, Any]) -> bool:
+    """Whether a round record holds test scores: an evaluated round (``val``) that is not
+    marked as evaluated on validation only (``evaluated: ["val"]``, see ``eval_test``)."""
+    return "val" in record and "test" in record.get("evaluated", ("val", "test"))
+
+
+def best_round(
+    evaluated: Sequence[Mapping[str, Any]], main: str
+) -> tuple[Mapping[str, Any], str] | None:
+    """The evaluated round record with the best validation main metric (the earliest of
+    equals) and its scope: pooled (``global``), else the clients' mean. The server asks it
+    after each round's validation to decide whether to score the test split
+    (``eval_test=improved``): the round :func:`build_results` reports as ``best`` was the
+    best so far when it was evaluated, so it has test scores."""
     for scope in ("global", "clients_mean"):
         scored = [r for r in evaluated if main in r["val"].get(scope, {})]
         if scored:
-            best = max(scored, key=lambda r: (r["val"][scope][main], -r["round"]))
-            return {
-                "round": best["round"],
-                "metric": main,
-                "scope": scope,
-                "val": best["val"][scope],
-                **{k: best.get(k, {}) for k in SCOPES},
-            }
+            return max(scored, key=lambda r: (r["val"][scope][main], -r["round"])), scope
     return None
+
+
+def _best(evaluated: Sequence[Mapping[str, Any]], main: str) -> dict[str, Any] | None:
+    """``final.best``: the :func:`best_round`, its validation scores and its test scopes."""
+    found = best_round(evaluated, main)
+    if found is None:
+        return None
+    best, scope = found
+    return {
+        "round": best["round"],
+        "metric": main,
+        "scope": scope,
+        "val": best["val"][scope],
+        **{k: best.get(k, {}) for k in SCOPES},
+    }
 
 
 def traffic_totals(
@@ -103,9 +126,11 @@ def build_results(
         "bytes": traffic_totals(records, setup_bytes),
     }
     evaluated = _evaluated(records)
-    if evaluated:
-        last = evaluated[-1]
+    scored = [r for r in evaluated if has_test(r)]
+    if scored:  # the last round always has test scores; a running run's last may not
+        last = scored[-1]
         final.update({"round": last["round"], **{k: last.get(k, {}) for k in SCOPES}})
+    if evaluated:
         best = _best(evaluated, main)
         if best is not None:
             final["best"] = best
@@ -142,7 +167,8 @@ def metrics_csv(records: Sequence[Mapping[str, Any]]) -> str:
     """One row per round, split and scope (global, clients_mean, client:<id>)."""
     rows: list[dict[str, Any]] = []
     for record in _evaluated(records):
-        for split, scopes in (("test", record), ("val", record.get("val", {}))):
+        splits = (("test", record),) if has_test(record) else ()
+        for split, scopes in (*splits, ("val", record.get("val", {}))):
             fair = scopes.get("fairness", {})
             base = {"round": record["round"], "split": split}
             rows.append({**base, "scope": "global", **scopes.get("global", {})})
