@@ -101,13 +101,30 @@ def test_run_figures_are_paper_ready(tmp_path, figures):
     assert outside(bars.get_legend(), bars)
 
 
+def test_curves_of_a_run_tested_only_in_its_best_and_last_rounds_show_validation(tmp_path, figures):
+    """eval_test=improved: rounds 1-3 validated, only round 4 tested; every round is drawn."""
+    results = fake_results(0, rounds=4)
+    for record in results["rounds"]:
+        record["val"] = {k: record[k] for k in ("global", "clients", "clients_mean", "fairness")}
+        if record["round"] < 4:
+            record.update(evaluated=["val"], **{"global": {}, "clients": {}})
+    plots.plot_run(results, tmp_path)
+    (ax, _) = figures["curves.png"].axes
+    assert ax.get_ylabel() == "validation balanced accuracy"
+    pooled = next(line for line in ax.lines if line.get_label().startswith("global model"))
+    assert list(pooled.get_xdata()) == [1, 2, 3, 4]
+    assert list(pooled.get_ydata()) == [r["val"]["global"]["bacc"] for r in results["rounds"]]
+    plots.plot_groups({"fedavg": [results]}, tmp_path / "compare.png")
+    assert figures["compare.png"].axes[0].get_ylabel() == "validation balanced accuracy"
+
+
 def test_compare_figure_draws_a_band_per_runspec_with_two_seeds(tmp_path, figures):
     groups = {"fedavg": [fake_results(0), fake_results(1)], "fca": [fake_results(2, True)]}
     plots.plot_groups(groups, tmp_path / "compare.png")
     fig = figures["compare.png"]
     assert [ax.get_title() for ax in fig.axes] == [
-        "global model, pooled test",
-        "mean over the clients' tests",
+        "global model, pooled clients",
+        "mean over the clients",
         "std across clients (lower is fairer)",
     ]
     for ax in fig.axes:

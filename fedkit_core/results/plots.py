@@ -100,19 +100,35 @@ def _fairness_text(final: Mapping[str, Any]) -> str:
     return f"across clients: std {fair['std']:.3f}, worst {fair['worst']:.3f}{worst}"
 
 
+def curve_split(runs: Sequence[Mapping[str, Any]]) -> str:
+    """The split per-round curves show: ``test`` where every evaluated round of every run was
+    tested (``eval_test=every``), else ``validation``, which every evaluated round has (with
+    ``eval_test=improved`` test curves would hold only the best and the last round)."""
+    evaluated = [r for x in runs for r in x["rounds"] if "val" in r]
+    return "test" if all(has_test(r) for r in evaluated) else "validation"
+
+
+def _curve_points(results: Mapping[str, Any], split: str) -> dict[int, Mapping[str, Any]]:
+    """Round -> that round's scopes (global, clients, clients_mean, fairness) of ``split``."""
+    if split == "test":
+        return {r["round"]: r for r in results["rounds"] if has_test(r)}
+    return {r["round"]: r["val"] for r in results["rounds"] if "val" in r}
+
+
 def plot_run(results: Mapping[str, Any], directory: Path) -> list[Path]:
     """``curves`` (main metric per round for global and each client; training loss) and
     ``clients`` (final main metric per client, the global value and the fairness)."""
     plt = _pyplot()
     main = results["task"]["main_metric"]
     name = metric_name(main)
-    evaluated = [r for r in results["rounds"] if has_test(r)]
-    if not evaluated:
+    if not any(has_test(r) for r in results["rounds"]):
         return []
+    split = curve_split([results])
+    points = _curve_points(results, split)
+    rounds, evaluated = list(points), list(points.values())
     final = results["final"]
     view = client_view(final)
     suffix = "" if view == "global" else f" ({view} model)"
-    rounds = [r["round"] for r in evaluated]
     fig, (ax, ax_loss) = plt.subplots(1, 2, figsize=(10, 3.8))
     clients = list(results["task"]["client_ids"])
     for cid in clients:
@@ -121,8 +137,8 @@ def plot_run(results: Mapping[str, Any], directory: Path) -> list[Path]:
     means = [r["clients_mean"].get(main, np.nan) for r in evaluated]
     ax.plot(rounds, means, "k--", lw=1.5, label="mean over clients")
     glob = [r["global"].get(main, np.nan) for r in evaluated]
-    ax.plot(rounds, glob, "k-", lw=2.5, label="global model, pooled test")
-    ax.set(ylabel=f"test {name}", title=f"{_title(results)}\n{_fairness_text(final)}")
+    ax.plot(rounds, glob, "k-", lw=2.5, label=f"global model, pooled {split}")
+    ax.set(ylabel=f"{split} {name}", title=f"{_title(results)}\n{_fairness_text(final)}")
     _rounds_axis(ax)
     loss_rounds = [r["round"] for r in results["rounds"] if r.get("train")]
     losses = [
@@ -183,16 +199,19 @@ def _title(results: Mapping[str, Any]) -> str:
 
 
 _PANELS = (  # (round record scope, key, panel title)
-    ("global", None, "global model, pooled test"),
-    ("clients_mean", None, "mean over the clients' tests"),
+    ("global", None, "global model, pooled clients"),
+    ("clients_mean", None, "mean over the clients"),
     ("fairness", "std", "std across clients (lower is fairer)"),
 )
 
 
-def _per_round(runs: Sequence[Mapping[str, Any]], scope: str, key: str | None) -> tuple:
-    """Rounds with test scores in every run and the ``(runs, rounds)`` values of one scope."""
+def _per_round(
+    runs: Sequence[Mapping[str, Any]], scope: str, key: str | None, split: str = "test"
+) -> tuple:
+    """Rounds with ``split`` scores in every run and the ``(runs, rounds)`` values of one
+    scope."""
     main = runs[0]["task"]["main_metric"]
-    evaluated = [{r["round"]: r for r in x["rounds"] if has_test(r)} for x in runs]
+    evaluated = [_curve_points(x, split) for x in runs]
     rounds = sorted(set.intersection(*(set(e) for e in evaluated)))
     values = [[(e[k].get(scope) or {}).get(key or main, np.nan) for k in rounds] for e in evaluated]
     return rounds, np.array(values, dtype=float)
@@ -205,17 +224,20 @@ def plot_groups(groups: Mapping[str, Sequence[Mapping[str, Any]]], path: Path) -
     plt = _pyplot()
     first = next(iter(groups.values()))[0]
     name = metric_name(first["task"]["main_metric"])
+    split = curve_split([x for runs in groups.values() for x in runs])
     panels = [
         p
         for p in _PANELS
-        if any(np.isfinite(_per_round(runs, p[0], p[1])[1]).any() for runs in groups.values())
+        if any(
+            np.isfinite(_per_round(runs, p[0], p[1], split)[1]).any() for runs in groups.values()
+        )
     ]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
-    axes[0][0].set_ylabel(f"test {name}")
+    axes[0][0].set_ylabel(f"{split} {name}")
     for ax, (scope, key, title) in zip(axes[0], panels):
         for i, (label, runs) in enumerate(groups.items()):
             color = f"C{i % 10}"
-            rounds, values = _per_round(runs, scope, key)
+            rounds, values = _per_round(runs, scope, key, split)
             mean = np.nanmean(values, axis=0)
             ax.plot(rounds, mean, "o-", ms=2.5, color=color, label=label)
             if len(runs) >= 2:
