@@ -121,10 +121,11 @@ def _signal(fd: int) -> None:
 
 
 def _wait(fd: int, seconds: float) -> None:
-    """Sleep up to ``seconds``, less if pipe ``fd`` is written to; take what it holds."""
+    """Sleep up to ``seconds``, less if pipe ``fd`` is written to; take what it holds. A
+    pipe whose writer is gone (it reads as ready for ever) is slept on plainly."""
     ready, _, _ = select.select([fd], [], [], max(seconds, 0.0))
-    if ready:
-        os.read(fd, 4096)
+    if ready and not os.read(fd, 4096):
+        time.sleep(seconds)
 
 
 def executor(address: str, parent: int, task_fd: int, reply_fd: int) -> None:
