@@ -1,25 +1,29 @@
 """Flower engine overhead: the same job on the local engine, in Flower's simulation runtime
 (thread and Ray backends) and through a loopback deployment (SuperLink + 3 SuperNodes).
 
-Each variant runs in its own process tree. Printed per variant:
+Each variant runs in its own process tree; the variants alternate, ``--repeats`` times (a
+load that changes over time hits every variant alike). Printed per variant:
 
-* seconds per round: the mean of the rounds' ``seconds`` in results.json after the first
-  (training, aggregation and evaluation of one round, measured by the fedkit Server alike
-  everywhere; start-up, e.g. Ray or the SuperNodes, and the first round's one-off imports are
-  excluded) and its ratio to the local engine;
-* total wall time of the command (start-up included);
+* seconds per round: the median of the rounds' ``seconds`` in results.json after the first,
+  over all repeats (training, aggregation and evaluation of one round, measured by the
+  fedkit Server alike everywhere; start-up, e.g. Ray or the SuperNodes, and the first
+  round's one-off imports are excluded) and its ratio to the local engine's;
+* total wall time of the command (start-up included; median over the repeats);
 * peak memory: the largest sum of resident set sizes (RSS, from /proc) over the whole
   process tree of the variant (driver, Ray's processes, SuperLink, SuperNodes and their
-  ClientApp processes), sampled every 0.2 s.
+  ClientApp processes), sampled every 0.2 s;
+* the final global accuracy (the same job must give the same model everywhere);
+* the load average (1 min) before and after the variant's runs, since other jobs on the
+  machine stretch every figure.
 
 Every variant runs with ``OMP_NUM_THREADS=1`` (unless set), as Ray's workers do.
 
-The deployment runs twice: with fedkit's warm SuperNodes (the default: each message's
-ClientApp process forked from a warm one, 0.1 s polls) and with ``--no-warm`` (Flower's own
-fresh ``flwr-clientapp`` process per message and 0.5-3 s polls, fedkit's former behaviour).
+The deployment runs with fedkit's warm SuperNodes (the default), and with ``--no-warm`` too
+when asked (``--plain``: Flower's own fresh ``flwr-clientapp`` process per message and
+0.5-3 s polls, fedkit's former behaviour).
 
-    python benchmarks/flower_overhead.py [--rounds 3] [--plugin fca] [--skip-deploy]
-        [--skip-simulation]
+    python benchmarks/flower_overhead.py [--rounds 3] [--repeats 2] [--plugin fca]
+        [--skip-deploy] [--skip-simulation] [--plain]
 """
 
 from __future__ import annotations
@@ -78,64 +82,93 @@ def measure(command: list[str], env: dict[str, str]) -> tuple[float, int]:
     return time.perf_counter() - start, peak
 
 
-def per_round(out: Path) -> float:
+def steady_rounds(out: Path) -> list[float]:
+    """The ``seconds`` of every round after the first (all rounds if there is one)."""
     rounds = json.loads((out / "results.json").read_text())["rounds"]
-    return statistics.mean(r["seconds"] for r in rounds[1:] or rounds)
+    return [r["seconds"] for r in rounds[1:] or rounds]
+
+
+def final_accuracy(out: Path) -> float:
+    return float(json.loads((out / "results.json").read_text())["final"]["global"]["acc"])
+
+
+def load() -> float:
+    return os.getloadavg()[0]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--plugin", action="append", default=[])
     parser.add_argument("--skip-deploy", action="store_true")
-    parser.add_argument("--skip-simulation", action="store_true", help="local and deployment only")
+    parser.add_argument("--skip-simulation", action="store_true", help="no simulation runs")
+    parser.add_argument("--plain", action="store_true", help="also deploy with --no-warm")
     args = parser.parse_args()
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
+    env.setdefault("OMP_NUM_THREADS", "1")
     fedkit = [sys.executable, "-m", "fedkit_core.cli"]
     common = ["--config", str(JOB), "--rounds", str(args.rounds), "-q"]
     common += [flag for name in args.plugin for flag in ("--plugin", name)]
-    variants = {
-        "local": ["run", "--engine", "local"],
-        "flower simulation (thread)": [
-            "run",
-            "--engine",
-            "flower",
-            "--set",
-            "flower.backend=thread",
-        ],
-        "flower simulation (ray)": ["run", "--engine", "flower", "--set", "flower.backend=ray"],
+    script = ["bash", str(ROOT / "examples" / "flower" / "deploy_local.sh")]
+    extra = ["--rounds", str(args.rounds), "-q"]
+    extra += [flag for name in args.plugin for flag in ("--plugin", name)]
+    deploy_env = {**env, "PYTHON": sys.executable}
+    # name -> (command before the output folder, command after it, environment)
+    variants: dict[str, tuple[list[str], list[str], dict[str, str]]] = {
+        "local": ([*fedkit, "run", "--engine", "local", *common, "--out"], [], env),
     }
-    if args.skip_simulation:
-        variants = {"local": variants["local"]}
-    rows = []
+    if not args.skip_simulation:
+        for backend in ("thread", "ray"):
+            head = [*fedkit, "run", "--engine", "flower", "--set", f"flower.backend={backend}"]
+            variants[f"flower simulation ({backend})"] = ([*head, *common, "--out"], [], env)
+    if not args.skip_deploy:
+        variants["flower deployment (warm, 3 SuperNodes)"] = (
+            script,
+            extra,
+            {**deploy_env, "SUPERNODE_ARGS": ""},
+        )
+        if args.plain:
+            variants["flower deployment (--no-warm, 3 SuperNodes)"] = (
+                script,
+                extra,
+                {**deploy_env, "SUPERNODE_ARGS": "--no-warm"},
+            )
+    runs: dict[str, list[tuple[list[float], float, int, float, float, float]]] = {
+        name: [] for name in variants
+    }
     with tempfile.TemporaryDirectory() as tmp:
-        for index, (name, head) in enumerate(variants.items()):
-            out = Path(tmp) / str(index)
-            wall, peak = measure([*fedkit, *head, *common, "--out", str(out)], env)
-            rows.append((name, per_round(out), wall, peak))
-        if not args.skip_deploy:
-            script = ROOT / "examples" / "flower" / "deploy_local.sh"
-            extra = ["--rounds", str(args.rounds), "-q"]
-            extra += [flag for name in args.plugin for flag in ("--plugin", name)]
-            for mode, nodes in (("warm", ""), ("--no-warm", "--no-warm")):
-                out = Path(tmp) / f"deploy{mode}"
-                wall, peak = measure(
-                    ["bash", str(script), str(out), *extra],
-                    {**env, "PYTHON": sys.executable, "SUPERNODE_ARGS": nodes},
+        for repeat in range(args.repeats):
+            for index, (name, (head, tail, variant_env)) in enumerate(variants.items()):
+                out = Path(tmp) / f"{repeat}-{index}"
+                before = load()
+                wall, peak = measure([*head, str(out), *tail], variant_env)
+                runs[name].append(
+                    (steady_rounds(out), wall, peak, final_accuracy(out), before, load())
                 )
-                name = f"flower deployment ({mode}, 3 SuperNodes)"
-                rows.append((name, per_round(out), wall, peak))
-    base = rows[0][1]
+    base = statistics.median(s for r in runs["local"] for s in r[0])
     job = yaml.safe_load(JOB.read_text())
     print(
-        f"job: {JOB.name} ({job['task']['sites']} clients), {args.rounds} rounds, plugins {args.plugin or ['fedavg']}"
+        f"job: {JOB.name} ({job['task']['sites']} clients), {args.rounds} rounds, "
+        f"plugins {args.plugin or ['fedavg']}, {args.repeats} repeats alternating"
     )
-    print(f"{'engine':44} {'s/round':>8} {'ratio':>7} {'wall s':>8} {'peak MiB':>9}")
-    for name, seconds, wall, peak in rows:
-        print(f"{name:44} {seconds:8.2f} {seconds / base:7.2f} {wall:8.1f} {peak / 2**20:9.0f}")
+    print(
+        f"{'engine':44} {'s/round':>8} {'ratio':>7} {'wall s':>8} {'peak MiB':>9} "
+        f"{'final acc':>9}  load avg"
+    )
+    for name, done in runs.items():
+        seconds = statistics.median(s for r in done for s in r[0])
+        wall = statistics.median(r[1] for r in done)
+        peak = max(r[2] for r in done)
+        accuracy = ",".join(sorted({f"{r[3]:.4f}" for r in done}))
+        loads = [x for r in done for x in r[4:]]
+        print(
+            f"{name:44} {seconds:8.2f} {seconds / base:7.2f} {wall:8.1f} {peak / 2**20:9.0f} "
+            f"{accuracy:>9}  {min(loads):.1f}-{max(loads):.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -111,7 +111,8 @@ def supernode(
         True,
         "--warm/--no-warm",
         help="run the ClientApp in one long-lived executor (data and client kept; each "
-        "message answered in a fork of it) and poll every 0.1 s (default); --no-warm: "
+        "message answered in a fork of it), wake-ups instead of polls on the node, idle "
+        "polls of the SuperLink backing off to 1 s (default); --no-warm: "
         "Flower's fresh flwr-clientapp process per message and 0.5-3 s polls",
     ),
 ) -> None:

@@ -19,7 +19,9 @@ context holds a newer version, so a worker that serves a node repeatedly pays no
 
 On a deployed node each message is answered in a forked child of the ClientApp process: a
 client that misses ``client_timeout`` is killed, one whose process exits is noticed at once,
-and either way the node replies "failed" with its context as before the message.
+and either way the node replies "failed" with its context as before the message. A deployed
+server sends each message's arrays packed in one Flower ``Array`` (:mod:`.packing`); the
+node answers a packed message packed.
 
 Which client a node serves: its node config's ``partition-id`` indexes the clients that
 fedkit's partition of the node's data yields (every node of a simulation, or nodes holding a
@@ -48,6 +50,7 @@ from flwr.clientapp import ClientApp
 
 from fedkit_core.engines.checkpoint import ClientCheckpoints, checkpoint_client
 from fedkit_core.engines.client import ClientRuntime
+from fedkit_core.engines.flower.packing import PACKED, pack, unpack
 from fedkit_core.engines.flower.records import (
     from_array_record,
     from_records,
@@ -255,15 +258,17 @@ class ClientSide:
 
     def _answer(self, message: FlowerMessage, context: Context) -> FlowerMessage:
         kind = "query"
+        packed = PACKED in message.content.config_records  # a deployed server packs arrays
         try:
             kind = kind_of(message.metadata.message_type)
             with self.lock:
-                reply = self.handle(kind, from_records(message.content, kind), context)
+                reply = self.handle(kind, from_records(unpack(message.content), kind), context)
         except Exception as err:  # reported to the server, which decides whether the run goes on
             text = str(err) if isinstance(err, FedkitError) else f"{type(err).__name__}: {err}"
             reply = Message(kind, error=text, exception=err)
             self.clients.pop((context.run_id, context.node_id), None)  # rebuilt from the context
-        return FlowerMessage(to_records(reply), reply_to=message)
+        content = to_records(reply)
+        return FlowerMessage(pack(content) if packed else content, reply_to=message)
 
     def handle(self, kind: str, message: Message, context: Context) -> Message:
         client = self.client(context)

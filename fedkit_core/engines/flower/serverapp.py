@@ -21,6 +21,7 @@ from flwr.serverapp import Grid
 from fedkit_core.config import Config
 from fedkit_core.engines.driver import drive
 from fedkit_core.engines.flower.node import CONFIG_KEY, OUT_KEY, TASK_KEY
+from fedkit_core.engines.flower.packing import pack, unpack
 from fedkit_core.engines.flower.records import MESSAGE_TYPES, from_records, to_records
 from fedkit_core.engines.server import Observer, Server
 from fedkit_core.errors import FedkitError
@@ -63,12 +64,14 @@ class FlowerTransport:
         deadline: float | None = None,
         retries: int = 0,
         max_pause: float = 0.5,
+        packed: bool = False,
     ):
         self.grid = grid
         self.max_pause = max_pause
         self.observer = observer
         self.deadline = deadline
         self.retries = retries
+        self.packed = packed  # all arrays of a message in one Flower Array (see packing.py)
         self.nodes: dict[str, int] = {}  # client id -> node id
         self.setup_scalars: dict[str, Any] = {}  # added to every setup message
 
@@ -98,9 +101,10 @@ class FlowerTransport:
                     "setup", message.arrays, {**message.scalars, **self.setup_scalars}
                 )
             extra = {} if self.deadline is None else {"ttl": self.deadline}
+            content = to_records(message)
             outgoing.append(
                 FlowerMessage(
-                    to_records(message),
+                    pack(content) if self.packed else content,
                     dst_node_id=node,
                     message_type=MESSAGE_TYPES[message.kind],
                     group_id=str(rnd),
@@ -119,7 +123,7 @@ class FlowerTransport:
             elif reply.has_error():
                 out[node] = Message(message.kind, error=_error_text(reply.error))
             else:
-                out[node] = from_records(reply.content, message.kind)
+                out[node] = from_records(unpack(reply.content), message.kind)
         phase = str(first.scalars.get("query", first.kind))
         self.observer.on_phase(rnd, phase, len(messages), len(messages))
         return out
@@ -230,7 +234,9 @@ def serve(
     # after another); deployed nodes run side by side, so the server bounds each message too
     deadline = timeout + DELIVERY_SLACK if deployed and timeout is not None else None
     pause = SIMULATION_PAUSE if not deployed else DEPLOYED_PAUSE
-    transport = FlowerTransport(grid, observer, deadline, cfg["client_retries"], pause)
+    transport = FlowerTransport(
+        grid, observer, deadline, cfg["client_retries"], max_pause=pause, packed=deployed
+    )
     task = describe(transport, wait_for_nodes(grid, nodes, opts["wait"]))
     server = Server(cfg, plugin_set, task, pick_device(cfg["device"]), observer, deployed)
     transport.setup_scalars = {TASK_KEY: json.dumps(task.to_dict())}

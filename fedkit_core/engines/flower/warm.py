@@ -11,55 +11,128 @@ its SuperNode, SuperExec and ServerApp poll each other every 0.5 to 3 s. A warm 
   data and the ClientApp stay loaded from one message to the next;
 * keeps a misbehaving client from taking the executor down: fedkit's ClientApp answers each
   message in a forked child (:mod:`.node`), killed when it misses ``client_timeout``;
-* cuts the SuperNode's idle wait and reply polling to :data:`POLL` seconds (Flower: 3 s and
-  0.5 s) and the executor's task polling to 0.02 s.
+* replaces polling on the node by wake-ups: the SuperNode tells the executor through a pipe
+  when it stored a message, and the executor tells the SuperNode when it pushed the reply
+  (Flower: the SuperExec polls every 1 s, the SuperNode its reply store every 0.5 s);
+* polls the SuperLink fast right after a message and backs off while idle, from
+  :data:`FIRST_POLL` to :data:`POLL` seconds (Flower: every 3 s), so a node asks for the
+  next message soon after a round's phase without loading the SuperLink between runs.
 
 ``--no-warm`` gives Flower's plain SuperNode (the former behaviour), e.g. to compare.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import subprocess
 import sys
 import time
 import types
+from collections.abc import Callable
+from typing import Any
 
-#: seconds between a SuperNode's polls of the SuperLink when idle (Flower: 3 s) and of
-#: its own reply store (Flower: 0.5 s); ``FEDKIT_SUPERNODE_POLL`` changes it
-POLL = float(os.environ.get("FEDKIT_SUPERNODE_POLL", "0.1"))
+#: the longest pause between a SuperNode's polls of the SuperLink when idle (Flower: 3 s);
+#: ``FEDKIT_SUPERNODE_POLL`` changes it
+POLL = float(os.environ.get("FEDKIT_SUPERNODE_POLL", "1.0"))
+#: the first pause after a message; each idle poll waits 1.5 times longer, up to POLL
+FIRST_POLL = 0.005
+#: the longest wait without a wake-up: the executor's check for a lost signal or a gone
+#: SuperNode, and the SuperNode's for a reply
+SAFETY = 1.0
 
 
 def supernode_main(flower_args: list[str]) -> None:
     """Run Flower's SuperNode with ``flower_args``, warm (see the module docstring)."""
     port = flower_args[flower_args.index("--port") + 1] if "--port" in flower_args else "9094"
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # nothing leaves the site unasked
+    task_read, task_write = os.pipe()  # SuperNode -> executor: a message is stored
+    reply_read, reply_write = os.pipe()  # executor -> SuperNode: a reply is pushed
     worker = subprocess.Popen(
         [sys.executable, "-m", "fedkit_core.engines.flower.warm", "--executor",
-         f"127.0.0.1:{port}", str(os.getpid())]
+         f"127.0.0.1:{port}", str(os.getpid()), str(task_read), str(reply_write)],
+        pass_fds=(task_read, reply_write),
     )  # fmt: skip
+    os.close(task_read)
+    os.close(reply_write)
     try:
-        from flwr.supernode import start_client_internal
+        from flwr.supernode import start_client_internal as loop
         from flwr.supernode.cli.flower_supernode import flower_supernode
 
-        start_client_internal.time = _fast_time()  # type: ignore[attr-defined]
+        pacer = Pacer(reply_read, task_write)
+        loop._pull_and_store_message = pacer.wrap(loop._pull_and_store_message)  # type: ignore[attr-defined]
+        loop.time = pacer.time_module()  # type: ignore[attr-defined]
         sys.argv = ["flower-supernode", *flower_args, "--isolation", "process"]
         flower_supernode()
     finally:
         worker.terminate()
 
 
-def _fast_time() -> types.ModuleType:
-    """``time`` for the SuperNode's loop, whose waits last at most :data:`POLL` seconds."""
-    fast = types.ModuleType("time")
-    fast.__dict__.update(time.__dict__)
-    fast.sleep = lambda seconds: time.sleep(min(seconds, POLL))  # type: ignore[attr-defined]
-    return fast
+class Pacer:
+    """The waits of Flower's SuperNode loop (``flwr.supernode.start_client_internal``).
+
+    The loop pulls a message from the SuperLink, then waits (``time.sleep``) until the
+    ClientApp's reply is in its store and sends it; with nothing to pull it sleeps 3 s.
+    Here a pulled message wakes the executor at once, the wait for a reply ends when the
+    executor signals it, and an idle wait grows from :data:`FIRST_POLL` to :data:`POLL`.
+    """
+
+    def __init__(self, reply_fd: int, task_fd: int):
+        self.reply_fd = reply_fd
+        self.task_fd = task_fd
+        os.set_blocking(task_fd, False)
+        self.idle = True
+        self.pause = POLL
+
+    def wrap(self, pull: Callable[..., int | None]) -> Callable[..., int | None]:
+        def pull_and_store(*args: Any, **kwargs: Any) -> int | None:
+            run_id = pull(*args, **kwargs)
+            self.idle = run_id is None
+            if not self.idle:
+                self.pause = FIRST_POLL
+                _signal(self.task_fd)
+            return run_id
+
+        return pull_and_store
+
+    def sleep(self, seconds: float) -> None:
+        """Flower's ``time.sleep(seconds)`` in the loop: an idle pause, or a wait for a
+        reply (or for an object of it) that the executor's signal ends."""
+        if self.idle:
+            wait = min(seconds, self.pause)
+            self.pause = min(POLL, self.pause * 1.5)
+        else:
+            wait = min(seconds, SAFETY)
+        _wait(self.reply_fd, wait)
+
+    def time_module(self) -> types.ModuleType:
+        """``time`` for the loop's module, with :meth:`sleep` as its ``sleep``."""
+        paced = types.ModuleType("time")
+        paced.__dict__.update(time.__dict__)
+        paced.sleep = self.sleep  # type: ignore[attr-defined]
+        return paced
 
 
-def executor(address: str, parent: int) -> None:
+def _signal(fd: int) -> None:
+    """Wake the process reading pipe ``fd`` (a full pipe is awake already)."""
+    with contextlib.suppress(BlockingIOError, BrokenPipeError):
+        os.write(fd, b"!")
+
+
+def _wait(fd: int, seconds: float) -> None:
+    """Sleep up to ``seconds``, less if pipe ``fd`` is written to; take what it holds. A
+    pipe whose writer is gone (it reads as ready for ever) is slept on plainly."""
+    ready, _, _ = select.select([fd], [], [], max(seconds, 0.0))
+    if ready and not os.read(fd, 4096):
+        time.sleep(seconds)
+
+
+def executor(address: str, parent: int, task_fd: int, reply_fd: int) -> None:
     """Take the ClientApp tasks of the SuperNode whose Runtime API is at ``address`` and run
-    them one after another in this process, until ``parent`` (the SuperNode) is gone."""
+    them one after another in this process, until ``parent`` (the SuperNode) is gone.
+    Waits on pipe ``task_fd`` for the SuperNode's signal of a new task; signals a pushed
+    reply on ``reply_fd``."""
     from flwr.proto.runtime_pb2 import AcquireTaskRequest
     from flwr.supercore.constant import TaskType
     from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
@@ -68,6 +141,8 @@ def executor(address: str, parent: int) -> None:
 
     import fedkit_core.engines.flower.app  # noqa: F401  (torch, Flower, fedkit: once)
 
+    _preload()
+    os.set_blocking(reply_fd, False)
     client = RuntimeHttpClient.from_server_address(
         server_address=address,
         insecure=True,
@@ -82,8 +157,21 @@ def executor(address: str, parent: int) -> None:
         )
         if got.HasField("task") and got.token:
             _run_task(address, got.token, installed)
+            _signal(reply_fd)
         else:
-            time.sleep(0.02)
+            _wait(task_fd, SAFETY)
+
+
+def _preload() -> None:
+    """Import here what torch imports lazily on a client's first step, so that each
+    message's forked child inherits it: the first optimizer imports ``torch._dynamo``
+    (about 2 s of CPU), which a child would otherwise import again for every message."""
+    import torch
+
+    weight = torch.zeros(1, requires_grad=True)
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    weight.sum().backward()
+    optimizer.step()
 
 
 def _run_task(address: str, token: str, installed: set[str]) -> None:
@@ -148,6 +236,6 @@ def _run_task(address: str, token: str, installed: set[str]) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--executor"]:
-        executor(sys.argv[2], int(sys.argv[3]))
+        executor(sys.argv[2], *map(int, sys.argv[3:6]))
     else:
         supernode_main(sys.argv[1:])
