@@ -338,10 +338,10 @@ class Ctx:
     def run(self, args: Sequence[str], timeout: float | None = None) -> Proc:
         return self.wait(self.start(args), timeout)
 
-    def config(self, name: str = "tiny.yaml", **overrides) -> str:
+    def config(self, file: str = "tiny.yaml", **overrides) -> str:
         """A tiny synthetic run's YAML (``overrides`` merged over :data:`TINY`)."""
-        self.path(name).write_text(yaml.safe_dump(_merge(TINY, overrides)))
-        return name
+        self.path(file).write_text(yaml.safe_dump(_merge(TINY, overrides)))
+        return file
 
     def fixture(self, name: str) -> Path:
         """A copy (in this case's folder) of a run made once per checkout: ``finished`` (1
@@ -352,7 +352,7 @@ class Ctx:
                 made = self.checkout.work / "fixtures" / name
                 shutil.rmtree(made, ignore_errors=True)
                 made.parent.mkdir(parents=True, exist_ok=True)
-                builder = Ctx(self.checkout, made.parent, 300, True)
+                builder = Ctx(self.checkout, made.parent, 900, True)
                 FIXTURES[name](builder, made)
                 self.checkout.fixtures[name] = made
         return Path(shutil.copytree(made, self.path(name)))
@@ -499,7 +499,7 @@ class Case:
     group: str
     cmd: str
     fn: Callable[[Ctx], Verdict]
-    timeout: float = 90
+    timeout: float = 300
     limit_memory: bool = True
 
 
@@ -507,7 +507,7 @@ CASES: list[Case] = []
 BAD, FAULT = "bad input", "fault"
 
 
-def case(id: str, group: str, cmd: str, timeout: float = 90, limit_memory: bool = True):
+def case(id: str, group: str, cmd: str, timeout: float = 300, limit_memory: bool = True):
     def register(fn):
         CASES.append(Case(id, group, cmd, fn, timeout, limit_memory))
         return fn
@@ -755,16 +755,22 @@ for _cmd in ("data", "report"):
 
 
 @case(
-    "failed-run-blocks-rerun", "overwrite", "fedkit run -o R (data absent: exit 2); fedkit run -o R"
+    "failed-run-blocks-rerun",
+    "overwrite",
+    "fedkit run -o R (data absent: exit 2); fedkit run -o R  (another config)",
 )
 def _failed_rerun(ctx: Ctx) -> Verdict:
+    """Clean: the failed run leaves no ``config.yaml`` claiming R, and the rerun succeeds."""
     bad = ctx.config("bad.yaml", task={"name": "npz", "path": "absent.npz"})
     first = ctx.fedkit("run", "-c", bad, "-o", "r", "-q")
     verdict = judge(first, "error")
     if not verdict.good:
         return verdict
+    left = ctx.path("r/config.yaml").exists()
     second = ctx.fedkit("run", "-c", ctx.config(), "-o", "r", "-q")
-    return judge(second, "ok", problem=None if second.rc == 0 else "the rerun was refused")
+    if second.rc != 0:
+        return judge(second, "ok", problem="the rerun was refused")
+    return judge(second, "ok", problem="the failed run left config.yaml in R" if left else None)
 
 
 def _edited(key: str, value, requires=()):
@@ -785,7 +791,7 @@ def _edited(key: str, value, requires=()):
 
 
 _edited("lr", 0.5)
-_edited("plugins", ["fedprox-example"])
+_edited("plugins", ["fca"])
 
 
 @case("concurrent-default-folders", "overwrite", "2 x fedkit run (same config, no -o) at once")
@@ -873,7 +879,7 @@ bad_npz(
 )
 
 
-@case("fifo-task-path", BAD, "fedkit run --set task.path=FIFO", timeout=40)
+@case("fifo-task-path", BAD, "fedkit run --set task.path=FIFO", timeout=90)
 def _fifo(ctx: Ctx) -> Verdict:
     os.mkfifo(ctx.path("d.npz"))
     return refused(ctx, "run", "-c", ctx.config(task={"name": "npz", "path": "d.npz"}), "-q")
@@ -1461,7 +1467,7 @@ def fault(
     faults: Sequence[str],
     engine: str = "local",
     healed: bool = False,
-    timeout: float = 150,
+    timeout: float = 400,
     **over,
 ):
     """A run with ``faults`` injected survives: exit 0 and the failure recorded as an event for
@@ -1521,11 +1527,11 @@ fault(
 )
 fault(
     "local-hang",
-    "fedkit run --set client_timeout=4  (site1 hangs)",
+    "fedkit run --set client_timeout=20  (site1 hangs)",
     ["hang:site1:1"],
     min_clients=2,
-    client_timeout=4,
-    timeout=90,
+    client_timeout=20,
+    timeout=400,
 )
 fault(
     "local-exit",
@@ -1543,12 +1549,12 @@ fault(
 )
 fault(
     "local-hang-retry",
-    "fedkit run client_timeout=4 client_retries=1  (site1 hangs once)",
+    "fedkit run client_timeout=20 client_retries=1  (site1 hangs once)",
     ["hang:site1:1:1"],
     healed=True,
-    client_timeout=4,
+    client_timeout=20,
     client_retries=1,
-    timeout=90,
+    timeout=400,
 )
 fault(
     "local-exit-retry",
@@ -1574,21 +1580,21 @@ fault(
 )
 fault(
     "thread-hang",
-    "fedkit run --engine flower (thread) client_timeout=4  (site1 hangs)",
+    "fedkit run --engine flower (thread) client_timeout=20  (site1 hangs)",
     ["hang:site1:1"],
     "thread",
     min_clients=2,
-    client_timeout=4,
-    timeout=120,
+    client_timeout=20,
+    timeout=400,
 )
 fault(
     "thread-hang-last",
-    "flower (thread) client_timeout=4  (site2 hangs in the last round)",
+    "flower (thread) client_timeout=20  (site2 hangs in the last round)",
     ["hang:site2:2"],
     "thread",
     min_clients=2,
-    client_timeout=4,
-    timeout=120,
+    client_timeout=20,
+    timeout=400,
 )
 fault(
     "thread-raise-retry",
@@ -1604,7 +1610,7 @@ fault(
     ["raise:site1:1"],
     "ray",
     min_clients=2,
-    timeout=240,
+    timeout=400,
 )
 fault(
     "ray-exit",
@@ -1612,7 +1618,7 @@ fault(
     ["exit:site1:1"],
     "ray",
     min_clients=2,
-    timeout=240,
+    timeout=400,
 )
 
 
@@ -1752,12 +1758,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     cases = [c for c in CASES if not args.only or re.search(args.only, c.id)]
     print(f"{len(cases)} cases", file=sys.stderr)
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    before = None
-    if args.before:
-        log(f"before: {args.before}")
-        before = probe(args.before, cases, args.jobs, log, not args.no_fork)
-    log(f"after: {args.repo}")
-    after = probe(args.repo, cases, args.jobs, log, not args.no_fork)
+    trees = {"after": args.repo, **({"before": args.before} if args.before else {})}
+    with ThreadPoolExecutor(len(trees)) as pool:  # both checkouts at once
+        runs = {
+            name: pool.submit(
+                probe, tree, cases, args.jobs, lambda s, n=name: log(f"{n} {s}"), not args.no_fork
+            )
+            for name, tree in trees.items()
+        }
+        after = runs["after"].result()
+        before = runs["before"].result() if "before" in runs else None
     text = table(cases, after, before)
     print(text)
     if args.out:
