@@ -8,7 +8,7 @@ import signal
 import numpy as np
 import pytest
 
-from fedkit_core import FedkitError
+from fedkit_core import FedkitError, run
 from fedkit_core.cli import main
 from fedkit_core.config import load_yaml, parse_sets
 from fedkit_core.resolve import resolve_config
@@ -62,6 +62,12 @@ def test_values_are_quoted_in_a_line_not_pages():
 def test_out_of_range_keys_are_refused(key, value, match):
     with pytest.raises(FedkitError, match=match):
         resolve_config([tiny(), {key: value}])
+
+
+def test_more_min_clients_than_clients_is_refused():
+    """Not silently lowered to the number of clients: no round could ever have that many."""
+    with pytest.raises(FedkitError, match="min_clients is 10 but the federation has 3 clients"):
+        run(tiny(min_clients=10))
 
 
 def test_flower_nodes_must_be_positive():
