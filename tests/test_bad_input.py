@@ -57,6 +57,13 @@ def test_values_are_quoted_in_a_line_not_pages():
         ("task.image_size", 1_000_000, "task.image_size must be in \\[1, 4096\\]"),
         ("min_clients", -3, "min_clients must be 0 or more"),
         ("partition.min_size", -5, "partition.min_size must be 0 or more"),
+        # found by benchmarks/reliability_probe.py: accepted, or a client's ValueError
+        ("weight_decay", -1.0, "weight_decay must be 0 or more"),
+        ("momentum", -1.0, "momentum must be 0 or more"),
+        ("grad_clip", -1.0, "grad_clip must be above 0"),
+        ("lr_gamma", -1.0, "lr_gamma must be above 0"),
+        ("adam_betas", [2.0, 3.0], "adam_betas must be two values in \\[0, 1\\)"),
+        ("unet_channels", [], "unet_channels must be at least 1 each"),
     ],
 )
 def test_out_of_range_keys_are_refused(key, value, match):
