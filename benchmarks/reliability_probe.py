@@ -896,9 +896,11 @@ def _out_proc(ctx: Ctx) -> Verdict:
     return refused(ctx, "run", "-c", ctx.config(), "-o", "/proc/fedkit-probe-run", "-q")
 
 
-@case("report-o-dev-full", BAD, "fedkit report RUN -o /dev/full/x.png  (OSError)")
+@case("report-o-dev-full", BAD, "fedkit report RUN1 RUN2 -o /dev/full/x.png  (OSError)")
 def _dev_full(ctx: Ctx) -> Verdict:
-    return refused(ctx, "report", ctx.fixture("finished").name, "-o", "/dev/full/x.png")
+    first = ctx.fixture("finished")
+    second = shutil.copytree(first, ctx.path("finished2"))
+    return refused(ctx, "report", first.name, second.name, "-o", "/dev/full/x.png")
 
 
 @case("set-hash-kept", BAD, "fedkit run --set 'name=a #b'  (exit 0, name 'a #b')")
@@ -971,8 +973,10 @@ def _cache_perms(ctx: Ctx) -> Verdict:
                 )
     for path in [data, *data.rglob("*")]:
         path.chmod(0o700 if path.is_dir() else 0o600)
-    config = ctx.config(task={"name": "pneumonia-cxr", "path": "data", "image_size": 8}, clients=2)
-    proc = ctx.fedkit("data", "-c", config, "-o", "part.png")
+    ctx.path("cache.yaml").write_text(
+        yaml.safe_dump({"task": {"name": "pneumonia-cxr", "path": "data", "image_size": 8}})
+    )
+    proc = ctx.fedkit("data", "-c", "cache.yaml", "--clients", "2", "-o", "part.png")
     entries = [p for d in (data, ctx.path("user-cache")) for p in d.rglob("*.pt")]
     open_ = [os.path.relpath(p, ctx.dir) for p in entries if p.stat().st_mode & 0o077]
     problem = f"readable by others: {', '.join(open_)}" if open_ else None
