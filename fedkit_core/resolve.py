@@ -101,7 +101,15 @@ MAX_IMAGE_SIZE = 4096
 #: (keys, test, what the values must be) for the core's numeric keys; None is always allowed
 _RANGES: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...] = (
     (
-        ("rounds", "local_epochs", "batch_size", "eval_batch_size", "eval_every", "clients"),
+        (
+            "rounds",
+            "local_epochs",
+            "batch_size",
+            "eval_batch_size",
+            "eval_every",
+            "clients",
+            "evaluation_bins",
+        ),
         lambda v: v >= 1,
         "at least 1",
     ),

@@ -64,6 +64,7 @@ def test_values_are_quoted_in_a_line_not_pages():
         ("lr_gamma", -1.0, "lr_gamma must be above 0"),
         ("adam_betas", [2.0, 3.0], "adam_betas must be two values in \\[0, 1\\)"),
         ("unet_channels", [], "unet_channels must be at least 1 each"),
+        ("evaluation_bins", 0, "evaluation_bins must be at least 1"),
         ("task.num_classes", 1, "task.num_classes"),  # internal errors before
         ("task.imbalance", 0.5, "task.imbalance"),
         ("task.head_samples", 0, "task.head_samples"),
