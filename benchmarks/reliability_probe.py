@@ -1711,7 +1711,7 @@ def counts(cases: Sequence[Case], verdicts: dict[str, Verdict]) -> dict[str, tup
 
 def _cell(verdict: Verdict | None) -> str:
     if verdict is None:
-        return ""
+        return "not run"
     if verdict.good and verdict.text == "ok":
         return verdict.status
     mark = {"clean": "", "survived": "", "bad": "**not clean**: ", "n/a": ""}[verdict.status]
@@ -1745,6 +1745,20 @@ def table(
     return "\n".join(lines) + "\n"
 
 
+LOG_LINE = re.compile(r"^(before|after) +(\S+): (clean|survived|bad|n/a) \((.*)\) \d+s$")
+
+
+def from_log(text: str) -> dict[str, dict[str, Verdict]]:
+    """The verdicts a probe logged (``NAME   ID: STATUS (TEXT) SECONDSs`` lines)."""
+    runs: dict[str, dict[str, Verdict]] = {}
+    for line in text.splitlines():
+        match = LOG_LINE.match(line)
+        if match:
+            name, cid, status, what = match.groups()
+            runs.setdefault(name, {})[cid] = Verdict(status, what)
+    return runs
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -1758,8 +1772,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--no-fork", action="store_true", help="a fresh interpreter per command (slower)"
     )
+    parser.add_argument(
+        "--from-log", type=Path, help="render the table from a probe's stderr log (no runs)"
+    )
     args = parser.parse_args(argv)
     cases = [c for c in CASES if not args.only or re.search(args.only, c.id)]
+    if args.from_log:
+        runs = from_log(args.from_log.read_text())
+        text = table(cases, runs.get("after", {}), runs.get("before"))
+        print(text)
+        if args.out:
+            args.out.write_text(text)
+        return 0
     print(f"{len(cases)} cases", file=sys.stderr)
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     trees = {"after": args.repo, **({"before": args.before} if args.before else {})}

@@ -94,3 +94,11 @@ def test_a_few_cases_against_this_checkout_are_clean():
     assert len(cases) == len(ids)
     verdicts = rp.probe(ROOT, cases, jobs=1, log=lambda _: None)
     assert verdicts == {i: rp.Verdict("clean", "ok") for i in ids}
+
+
+def test_a_logged_run_renders_the_same_verdicts():
+    log = "195 cases\nbefore   x: bad (code from the crafted file ran) 12s\nafter   x: clean (ok) 3s\n"
+    assert rp.from_log(log) == {
+        "before": {"x": rp.Verdict("bad", "code from the crafted file ran")},
+        "after": {"x": rp.Verdict("clean", "ok")},
+    }
