@@ -61,6 +61,12 @@ def prepare(config: Config, plugins: PluginSet) -> Federation:
     """Load and partition the task's data and describe it."""
     data = load_task(config)
     clients = partition(data, config)
+    wanted = config["min_clients"]
+    if wanted is not None and wanted > len(clients):  # no round could ever have them
+        raise FedkitError(
+            f"min_clients is {wanted} but the federation has {len(clients)} clients; "
+            "set it to at most that (or leave it unset: all sampled clients)"
+        )
     sample = data.sample_split().images
     task = TaskInfo(
         name=config["task.name"],

@@ -101,7 +101,15 @@ MAX_IMAGE_SIZE = 4096
 #: (keys, test, what the values must be) for the core's numeric keys; None is always allowed
 _RANGES: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...] = (
     (
-        ("rounds", "local_epochs", "batch_size", "eval_batch_size", "eval_every", "clients"),
+        (
+            "rounds",
+            "local_epochs",
+            "batch_size",
+            "eval_batch_size",
+            "eval_every",
+            "clients",
+            "evaluation_bins",
+        ),
         lambda v: v >= 1,
         "at least 1",
     ),
@@ -116,7 +124,15 @@ _RANGES: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...] = (
         "0 or more",
     ),
     (("client_timeout",), lambda v: v > 0, "above 0 (or null: no limit)"),
-    (("lr", "partition.alpha"), lambda v: v > 0, "above 0"),
+    (("lr", "partition.alpha", "lr_gamma"), lambda v: v > 0, "above 0"),
+    (("momentum", "weight_decay"), lambda v: v >= 0, "0 or more"),
+    (("grad_clip",), lambda v: v > 0, "above 0 (or null: no clipping)"),
+    (("adam_betas",), lambda v: len(v) == 2 and all(0 <= x < 1 for x in v), "two values in [0, 1)"),
+    (
+        ("unet_channels",),
+        lambda v: len(v) > 0 and all(x >= 1 for x in v),
+        "at least 1 each, not empty",
+    ),
     (("partition.alphas", "partition.fractions"), lambda v: all(x > 0 for x in v), "all above 0"),
     (("sample_fraction",), lambda v: 0 < v <= 1, "in (0, 1]"),
     (("task.val_fraction", "task.test_fraction"), lambda v: 0 < v < 1, "in (0, 1)"),

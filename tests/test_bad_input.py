@@ -8,7 +8,7 @@ import signal
 import numpy as np
 import pytest
 
-from fedkit_core import FedkitError
+from fedkit_core import FedkitError, run
 from fedkit_core.cli import main
 from fedkit_core.config import load_yaml, parse_sets
 from fedkit_core.resolve import resolve_config
@@ -57,11 +57,28 @@ def test_values_are_quoted_in_a_line_not_pages():
         ("task.image_size", 1_000_000, "task.image_size must be in \\[1, 4096\\]"),
         ("min_clients", -3, "min_clients must be 0 or more"),
         ("partition.min_size", -5, "partition.min_size must be 0 or more"),
+        # found by benchmarks/reliability_probe.py: accepted, or a client's ValueError
+        ("weight_decay", -1.0, "weight_decay must be 0 or more"),
+        ("momentum", -1.0, "momentum must be 0 or more"),
+        ("grad_clip", -1.0, "grad_clip must be above 0"),
+        ("lr_gamma", -1.0, "lr_gamma must be above 0"),
+        ("adam_betas", [2.0, 3.0], "adam_betas must be two values in \\[0, 1\\)"),
+        ("unet_channels", [], "unet_channels must be at least 1 each"),
+        ("evaluation_bins", 0, "evaluation_bins must be at least 1"),
+        ("task.num_classes", 1, "task.num_classes"),  # internal errors before
+        ("task.imbalance", 0.5, "task.imbalance"),
+        ("task.head_samples", 0, "task.head_samples"),
     ],
 )
 def test_out_of_range_keys_are_refused(key, value, match):
     with pytest.raises(FedkitError, match=match):
         resolve_config([tiny(), {key: value}])
+
+
+def test_more_min_clients_than_clients_is_refused():
+    """Not silently lowered to the number of clients: no round could ever have that many."""
+    with pytest.raises(FedkitError, match="min_clients is 10 but the federation has 3 clients"):
+        run(tiny(min_clients=10))
 
 
 def test_flower_nodes_must_be_positive():

@@ -26,10 +26,10 @@ SPEC = TaskSpec(
     kind=CLASSIFICATION,
     loader=f"{__name__}:load",
     options=(
-        Option("sites", int, 4, "number of sites (= clients)"),
-        Option("num_classes", int, 8, "number of classes"),
-        Option("head_samples", int, 150, "training samples of a site's most frequent class"),
-        Option("imbalance", float, 15.0, "ratio of the most to the least frequent class"),
+        Option("sites", int, 4, "number of sites (= clients)", min=1),
+        Option("num_classes", int, 8, "number of classes", min=2),
+        Option("head_samples", int, 150, "training samples of a site's most frequent class", min=1),
+        Option("imbalance", float, 15.0, "ratio of the most to the least frequent class", min=1),
     ),
     defaults={"rounds": 20},
 )
