@@ -7,6 +7,7 @@ import faulthandler
 import os
 import re
 import signal
+import sys
 import time
 
 import pytest
@@ -108,6 +109,8 @@ class Fault:
             raise RuntimeError("site1 broke")
         if self.kind == "hang":
             time.sleep(10 * TIMEOUT)
+        if self.kind == "sys-exit":  # in-process: fails alone, like a raise
+            sys.exit(3)
         if self.kind == "segfault":
             faulthandler.disable()  # no traceback dump in the test's output
             # a real invalid read; SIGSEGV's default action even where the caller ignores
@@ -126,6 +129,7 @@ ERRORS = {
     "hang": rf"no reply within {TIMEOUT:g} s \(client_timeout\)",
     "exit": r"the client's process exited \(exit code 3\)",
     "segfault": "the client's process was killed by SIGSEGV",
+    "sys-exit": r"the client exited \(3\)",
 }
 
 
@@ -145,7 +149,7 @@ def clean():
     return run(tiny(rounds=2), plugins={"fault": Fault()})
 
 
-@pytest.mark.parametrize("kind", ["raise", "hang", "exit", "segfault"])
+@pytest.mark.parametrize("kind", ["raise", "hang", "exit", "segfault", "sys-exit"])
 def test_a_failed_client_fails_for_its_round_and_comes_back(kind):
     results = run(_faulty(kind), plugins={"fault": Fault(kind)})
     [event] = results["events"]

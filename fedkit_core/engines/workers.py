@@ -129,15 +129,21 @@ def deliver(
         if store is not None or snapshot:
             taken = checkpoint_client(client, message, store)
         return reply, taken
-    except Exception as err:  # recorded; the server decides whether the round survives
+    except (Exception, SystemExit) as err:  # recorded; the server decides if the round survives
         if before is not None:
             restore_client(client, before)
         return _failed(message, err), None
 
 
-def _failed(message: Message, err: Exception) -> Message:
-    """The failed reply to ``message``: the error's text, the exception kept."""
-    text = str(err) if isinstance(err, FedkitError) else f"{type(err).__name__}: {err}"
+def _failed(message: Message, err: BaseException) -> Message:
+    """The failed reply to ``message``: the error's text, the exception kept. A client that
+    calls ``sys.exit`` fails alone, as on Flower's thread backend (same wording)."""
+    if isinstance(err, SystemExit):
+        text = f"the client exited ({err})"
+    elif isinstance(err, FedkitError):
+        text = str(err)
+    else:
+        text = f"{type(err).__name__}: {err}"
     return Message(message.kind, error=text, exception=err)
 
 
