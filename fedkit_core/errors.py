@@ -18,6 +18,17 @@ class FedkitError(Exception):
     exit_code = 2
 
 
+def failure_text(err: BaseException) -> str:
+    """How a client's failure reads in its failed reply and the round's event: a user error's
+    own message, ``the client exited (N)`` for ``sys.exit``, else the exception's kind and
+    text. The same on every engine."""
+    if isinstance(err, SystemExit):
+        return f"the client exited ({err})"
+    if isinstance(err, FedkitError):
+        return str(err)
+    return f"{type(err).__name__}: {err}"
+
+
 class ClientFailure(FedkitError):
     """A client could not complete its part of a round.
 

@@ -149,9 +149,22 @@ def clean():
     return run(tiny(rounds=2), plugins={"fault": Fault()})
 
 
-@pytest.mark.parametrize("kind", ["raise", "hang", "exit", "segfault", "sys-exit"])
-def test_a_failed_client_fails_for_its_round_and_comes_back(kind):
-    results = run(_faulty(kind), plugins={"fault": Fault(kind)})
+@pytest.mark.parametrize(
+    "kind, engine",
+    [
+        ("raise", "local"),
+        ("hang", "local"),
+        ("exit", "local"),
+        ("segfault", "local"),
+        ("sys-exit", "local"),
+        ("sys-exit", "flower"),  # thread backend: the same semantics
+    ],
+)
+def test_a_failed_client_fails_for_its_round_and_comes_back(kind, engine):
+    config = _faulty(kind)
+    if engine == "flower":
+        config |= {"engine": "flower", "flower": {"backend": "thread"}}
+    results = run(config, plugins={"fault": Fault(kind)})
     [event] = results["events"]
     assert (event["round"], event["phase"], event["client"]) == (1, "fit", "site1")
     assert re.fullmatch(ERRORS[kind], event["error"])

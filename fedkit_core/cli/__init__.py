@@ -10,6 +10,7 @@ with a short message.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -31,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
+    if debug:  # engines keep third-party tracebacks of tolerated failures unless this is set
+        os.environ["FEDKIT_DEBUG"] = "1"
     from rich.text import Text
 
     from fedkit_core.cli.app import app

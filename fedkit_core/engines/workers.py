@@ -49,7 +49,7 @@ from fedkit_core.engines.checkpoint import RESUME_KEY, ClientCheckpoints, checkp
 from fedkit_core.engines.client import ClientRuntime
 from fedkit_core.engines.server import Observer
 from fedkit_core.engines.snapshot import client_snapshot, restore_client
-from fedkit_core.errors import FedkitError
+from fedkit_core.errors import FedkitError, failure_text
 from fedkit_core.messages import Message
 
 log = logging.getLogger("fedkit")
@@ -138,13 +138,7 @@ def deliver(
 def _failed(message: Message, err: BaseException) -> Message:
     """The failed reply to ``message``: the error's text, the exception kept. A client that
     calls ``sys.exit`` fails alone, as on Flower's thread backend (same wording)."""
-    if isinstance(err, SystemExit):
-        text = f"the client exited ({err})"
-    elif isinstance(err, FedkitError):
-        text = str(err)
-    else:
-        text = f"{type(err).__name__}: {err}"
-    return Message(message.kind, error=text, exception=err)
+    return Message(message.kind, error=failure_text(err), exception=err)
 
 
 def _state_before(client: ClientRuntime, message: Message) -> dict[str, Any] | None:

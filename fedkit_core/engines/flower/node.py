@@ -59,7 +59,7 @@ from fedkit_core.engines.flower.records import (
     to_records,
 )
 from fedkit_core.engines.snapshot import from_bytes, restore_client, to_bytes
-from fedkit_core.errors import FedkitError
+from fedkit_core.errors import FedkitError, failure_text
 from fedkit_core.federation import Federation, prepare
 from fedkit_core.messages import Arrays, Message
 from fedkit_core.resolve import resolve_config
@@ -263,9 +263,8 @@ class ClientSide:
             kind = kind_of(message.metadata.message_type)
             with self.lock:
                 reply = self.handle(kind, from_records(unpack(message.content), kind), context)
-        except Exception as err:  # reported to the server, which decides whether the run goes on
-            text = str(err) if isinstance(err, FedkitError) else f"{type(err).__name__}: {err}"
-            reply = Message(kind, error=text, exception=err)
+        except (Exception, SystemExit) as err:  # reported; the server decides if the run goes on
+            reply = Message(kind, error=failure_text(err), exception=err)
             self.clients.pop((context.run_id, context.node_id), None)  # rebuilt from the context
         content = to_records(reply)
         return FlowerMessage(pack(content) if packed else content, reply_to=message)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import os
 import sys
 import threading
 import types
@@ -45,7 +46,7 @@ from fedkit_core.config import Config
 from fedkit_core.engines.flower.node import Source, make_client_app
 from fedkit_core.engines.flower.serverapp import serve
 from fedkit_core.engines.server import Observer
-from fedkit_core.errors import FedkitError
+from fedkit_core.errors import FedkitError, failure_text
 from fedkit_core.federation import prepare
 from fedkit_core.plugins import PluginSet
 from fedkit_core.results.schema import Results
@@ -174,8 +175,7 @@ class ThreadBackend(Backend):
             raise _missed(self.timeout)
         if "error" in outcome:  # what Flower's Ray workers raise, so the runtime replies
             err = outcome["error"]
-            text = f"the client exited ({err})" if isinstance(err, SystemExit) else str(err)
-            raise ClientAppException(text) from err
+            raise ClientAppException(failure_text(err)) from err
         return outcome["reply"], work
 
 
@@ -302,16 +302,30 @@ def _backend(name: str) -> Iterator[str]:
             sys.modules[RAY_BACKEND_MODULE] = saved
 
 
+def _not_a_client_traceback(record: logging.LogRecord) -> bool:
+    """False for Flower's log of a failed ClientApp (its exception and traceback): fedkit
+    records and shows that failure as the round's event; ``--debug`` keeps them."""
+    text = str(record.msg)
+    return not (
+        text.startswith("Traceback (most recent call last)")
+        or "ClientAppException occurred" in text
+    )
+
+
 @contextmanager
 def _quiet_flower() -> Iterator[None]:
-    """Keep Flower's INFO logs, the run_simulation deprecation notice and Ray's tip about
-    a future default off the console."""
+    """Keep Flower's INFO logs, its tracebacks of failed clients (unless ``--debug``), the
+    run_simulation deprecation notice and Ray's tip about a future default off the console."""
     logger = logging.getLogger("flwr")
     level = logger.level
     logger.setLevel(logging.ERROR)
+    debug = os.environ.get("FEDKIT_DEBUG") == "1"
+    if not debug:
+        logger.addFilter(_not_a_client_traceback)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Tip: In future versions of Ray")
             yield
     finally:
         logger.setLevel(level)
+        logger.removeFilter(_not_a_client_traceback)
