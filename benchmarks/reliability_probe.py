@@ -1182,7 +1182,9 @@ for _sets in [
     ("partition.kind=dirichlet", "partition.alpha=0"),
     ("partition.kind=dirichlet", "partition.alpha=-1"),
     ("partition.kind=dirichlet", "partition.min_size=100000"),
-    ("partition.kind=fractions", "partition.fractions=[0.5]"),
+    # fractions are relative shares: [0.5] alone is one client with all data (valid), so the
+    # bad input is a count that does not match the clients
+    ("partition.kind=fractions", "clients=3", "partition.fractions=[0.5]"),
     ("partition.kind=fractions", "partition.fractions=[-1,2,0]"),
     ("partition.kind=class-dirichlet", "partition.drop_prob=2"),
     ("task.sites=0",),
