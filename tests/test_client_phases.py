@@ -49,7 +49,8 @@ class Phase:
 
 def test_train_moves_only_the_given_parameters_at_the_rounds_rate():
     phase = Phase()
-    run(tiny(rounds=2, lr=0.02, lr_schedule="exp", lr_gamma=0.5), plugins={"phase": phase})
+    config = tiny(rounds=2, lr=0.02, lr_schedule="exp", lr_gamma=0.5, eval_test="every")
+    run(config, plugins={"phase": phase})  # every: one evaluate message per client and round
     fits = [s for s in phase.seen if "lr" in s]
     assert {round(s["lr"], 6) for s in fits} == {0.02, 0.01}
     assert all(s["head_moved"] and s["body_kept"] and s["loss"] > 0 for s in fits)
