@@ -209,6 +209,16 @@ def test_too_few_clients_left_is_a_clear_error():
         run(flower(tiny(rounds=2)), plugins={"flaky": Flaky()})
 
 
+@pytest.fixture
+def server_identity(monkeypatch):
+    """The task identity Flower gives a ServerApp's process (a message built on the server
+    reads it), so the transport tests do not depend on an earlier test's simulation."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for name, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):
+        monkeypatch.setattr(TaskIdentity, name, value)
+
+
 class FakeGrid:
     """A Grid whose nodes reply, fail or stay silent, for transport tests; a node that is
     ``"flaky"`` fails its first message and answers the next."""
@@ -248,7 +258,7 @@ class FakeGrid:
         return [self.replies.pop(mid) for mid in message_ids if mid in self.replies]
 
 
-def test_transport_turns_silent_and_erroring_nodes_into_failed_replies():
+def test_transport_turns_silent_and_erroring_nodes_into_failed_replies(server_identity):
     transport = FlowerTransport(FakeGrid({2: "ok", 3: "error", 4: "silent"}), Observer(), 0.5)
     transport.nodes = {"a": 2, "b": 3, "c": 4}
     sent = Message("fit", {"w": torch.arange(3.0)}, {"round": 1, "lr": 0.1, "tag": "x"})
@@ -259,7 +269,7 @@ def test_transport_turns_silent_and_erroring_nodes_into_failed_replies():
     assert "no reply within 0.5 s" in replies["c"].error
 
 
-def test_transport_resends_failed_messages_client_retries_times():
+def test_transport_resends_failed_messages_client_retries_times(server_identity):
     grid = FakeGrid({2: "ok", 3: "flaky", 4: "error"})
     transport = FlowerTransport(grid, Observer(), retries=2)
     transport.nodes = {"a": 2, "b": 3, "c": 4}
