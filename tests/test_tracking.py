@@ -7,11 +7,12 @@ import json
 import pytest
 import yaml
 
+from fedkit_core import run
 from fedkit_core.cli import main
 from fedkit_core.errors import FedkitError
 from fedkit_core.testing import tiny
 from fedkit_core.tracking import make_tracker
-from fedkit_core.tracking.base import require, round_metrics
+from fedkit_core.tracking.base import Tracker, require, round_metrics
 
 
 @pytest.fixture
@@ -123,3 +124,41 @@ def test_wandb_offline_run_is_written_to_the_run_folder(tiny_yaml, tmp_path, mon
     run_cli(tiny_yaml, out, "wandb")
     (offline,) = (out / "wandb").glob("offline-run-*")
     assert list(offline.glob("*.wandb"))
+
+
+class Recorder(Tracker):
+    """A tracker that keeps what it is asked to log (no backend library)."""
+
+    library = "json"
+
+    def start(self, name, params):
+        self.logged = []
+
+    def log_metrics(self, metrics, step):
+        self.logged.append((step, metrics))
+
+    def log_files(self, paths):
+        pass
+
+    def finish(self, ok):
+        pass
+
+
+def test_the_best_rounds_late_test_scores_reach_the_tracker_at_its_step():
+    # round 3's lr ruins the model, so round 2 stays the best: with eval_test=improved its
+    # global model is kept and tested only at the end, after round 2 was logged
+    cfg = tiny(rounds=3)
+    cfg.update({"lr_schedule": "step", "lr_milestones": [3], "lr_gamma": 300.0})
+    tracker = Recorder(config={})
+    results = run(cfg, observer=tracker)
+    best = results.final["best"]["round"]
+    assert best < 3 and results.rounds[best - 1]["evaluated"] == ["val", "test"]
+    test = {
+        key: value
+        for step, metrics in tracker.logged
+        if step == best
+        for key, value in metrics.items()
+        if key.startswith("test/")
+    }
+    expected = round_metrics(results.rounds[best - 1])
+    assert test == {k: v for k, v in expected.items() if k.startswith("test/")} != {}

@@ -13,6 +13,7 @@ from typing import Any
 
 from fedkit_core.engines.server import Observer
 from fedkit_core.errors import FedkitError
+from fedkit_core.results.schema import has_test
 from fedkit_core.results.store import RunDir
 
 #: the files of a run folder attached to the tracked run at its end
@@ -80,6 +81,10 @@ class Tracker(Observer):
     ``run_dir``: the run folder (its ``config.yaml`` gives the params unless ``config`` is
     given; its figures are attached at the end). A tracked run left open by an error is
     closed as failed by :meth:`close` (or by using the tracker as a context manager).
+
+    With ``eval_test=improved`` the best round's test scores can reach its record only at
+    the end of the run (its global model is kept and tested then); they are logged at that
+    round's step when the run ends (:meth:`log_late_metrics`).
     """
 
     #: the backend's library (imported when the tracker is made, so that a missing one
@@ -92,6 +97,7 @@ class Tracker(Observer):
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.config = config
         self.active = False
+        self.untested: set[int] = set()  # rounds logged without test scores
 
     # backend calls ---------------------------------------------------------------------
 
@@ -100,6 +106,11 @@ class Tracker(Observer):
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         raise NotImplementedError
+
+    def log_late_metrics(self, metrics: dict[str, float], step: int) -> None:
+        """Metrics of a round whose step was logged before (a backend whose steps must
+        increase overrides this)."""
+        self.log_metrics(metrics, step)
 
     def log_files(self, paths: Iterable[Path]) -> None:
         raise NotImplementedError
@@ -122,8 +133,15 @@ class Tracker(Observer):
     def on_round_end(self, record: dict[str, Any]) -> None:
         if self.active:
             self.log_metrics(round_metrics(record), int(record["round"]))
+            if not has_test(record):
+                self.untested.add(int(record["round"]))
 
     def on_end(self, results: Mapping[str, Any], run_dir: Path | None) -> None:
+        if self.active:
+            for record in results.get("rounds", []):
+                if int(record["round"]) in self.untested and has_test(record):
+                    test = {k: v for k, v in round_metrics(record).items() if k[:5] == "test/"}
+                    self.log_late_metrics(test, int(record["round"]))
         if self.active and run_dir is not None:
             self.log_files(figures(run_dir))
         self.close(ok=True)

@@ -32,6 +32,12 @@ class WandbTracker(Tracker):
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         self.run.log(metrics, step=step)
 
+    def log_late_metrics(self, metrics: dict[str, float], step: int) -> None:
+        """W&B drops a step below its current one: a round's late test scores (the kept
+        best round's, see :class:`Tracker`) go to the run summary as ``best_round/...``."""
+        self.run.summary.update({f"best_round/{k}": v for k, v in metrics.items()})
+        self.run.summary["best_round/round"] = step
+
     def log_files(self, paths: Iterable[Path]) -> None:
         images = {f"figures/{p.stem}": self.lib.Image(str(p)) for p in paths if p.suffix == ".png"}
         if images:
