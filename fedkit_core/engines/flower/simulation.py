@@ -88,6 +88,9 @@ def simulate(
 
     backend_config = {
         "client_resources": {"num_cpus": opts["client_cpus"], "num_gpus": opts["client_gpus"]},
+        # a Ray instance of its own: not a cluster that $RAY_ADDRESS names (Ray retries an
+        # unreachable one forever) nor one this machine happens to run
+        "init_args": {"address": "local"},
         FEDKIT_KEY: {"client_timeout": cfg["client_timeout"]},
     }
     with _backend(opts["backend"]) as name, _quiet_flower():
