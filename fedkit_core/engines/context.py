@@ -193,7 +193,8 @@ class ClientContext(_Party):
         fine-tuning before evaluation). Returns the mean loss.
 
         ``forward`` maps a batch's images to logits (default: the model's ``logits``), run
-        in the run's precision (:meth:`forward`); the loss is :meth:`task_loss` of them (other plugins' loss terms do not apply). The
+        in the run's precision (:meth:`forward`); the loss is :meth:`task_loss` of them
+        (other plugins' loss terms do not apply). The
         optimiser is a fresh one of the run's kind (``fedkit_optimizer``) at ``lr``
         (default: this round's), with the run's ``grad_clip``. Modules keep the mode
         (train/eval) the caller set. With ``seed``, shuffling, augmentation and dropout draw
