@@ -108,8 +108,12 @@ def client_data(path: Path, seed: int) -> dict[str, tuple]:
     }
 
 
-def train_client(model, x, y, seed: int, rnd: int, cid: str) -> None:
-    """One local epoch of SGD with a fresh optimiser, shuffled as a fedkit client shuffles."""
+def train_client(
+    model, x, y, seed: int, rnd: int, cid: str, precision: str = "fp32", channels_last: bool = False
+) -> None:
+    """One local epoch of SGD with a fresh optimiser, shuffled as a fedkit client shuffles.
+    ``bf16``: forward passes under autocast to bfloat16, the loss on float32 logits;
+    ``channels_last``: batches in that layout (benchmarks/gpu_job.py's variants)."""
     import torch
     import torch.nn.functional as F
 
@@ -123,7 +127,16 @@ def train_client(model, x, y, seed: int, rnd: int, cid: str) -> None:
         idx = order[start : start + BATCH]
         if len(idx) == 1 and n > 1:
             break
-        loss = F.cross_entropy(model(x[idx]), y[idx])
+        batch = x[idx]
+        if channels_last:
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        if precision == "bf16":
+            with torch.autocast(batch.device.type, dtype=torch.bfloat16):
+                logits = model(batch)
+            logits = logits.float()
+        else:
+            logits = model(batch)
+        loss = F.cross_entropy(logits, y[idx])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -143,14 +156,16 @@ def average(states: list[dict], sizes: list[int]) -> dict:
     return out
 
 
-def test_accuracy(model, path: Path) -> float:
+def test_accuracy(model, path: Path, device: str = "cpu") -> float:
+    """Accuracy on the test split, computed on ``device`` (where ``model`` is)."""
     import torch
 
     with np.load(path) as npz:
         x, y = scaled(npz["test_images"]), torch.from_numpy(npz["test_labels"].reshape(-1))
     model.eval()
     with torch.inference_mode():
-        pred = torch.cat([model(x[i : i + 256]).argmax(1) for i in range(0, len(x), 256)])
+        batches = (x[i : i + 256].to(device) for i in range(0, len(x), 256))
+        pred = torch.cat([model(b).argmax(1).cpu() for b in batches])
     return float((pred == y).double().mean())
 
 

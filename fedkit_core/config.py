@@ -19,12 +19,40 @@ import yaml
 from fedkit_core.errors import FedkitError, unknown
 from fedkit_core.options import Option, short_repr
 
+#: the values of ``precision`` and ``data_on_device`` (see :mod:`fedkit_core.devices`)
+PRECISIONS = ("fp32", "bf16")
+PLACEMENTS = ("auto", "true", "false")
+
 CORE_OPTIONS: tuple[Option, ...] = (
     Option("name", str, None, "label of the run (default: built from plugins and task)"),
     Option("plugins", "list[str]", [], "method plugins to activate (fedavg = none)"),
     # its choices, the registered engines, are added when a run's config is resolved
     Option("engine", str, "local", "where the federation runs (local, flower, ...)"),
     Option("device", str, "auto", "torch device: auto (GPU when present), cpu, cuda, cuda:1..."),
+    Option(
+        "precision",
+        str,
+        "fp32",
+        "forward passes of training and evaluation: fp32, or bf16 (autocast to bfloat16 on "
+        "the run's device; weights, losses and softmax stay float32)",
+        choices=PRECISIONS,
+    ),
+    Option(
+        "channels_last",
+        bool,
+        False,
+        "the client models and 4-D image batches in channels-last memory layout (faster "
+        "convolutions on a GPU, above all with bf16)",
+    ),
+    Option(
+        "data_on_device",
+        str,
+        "auto",
+        "on a GPU: hold the clients' splits on the device (true), in host memory with "
+        "batches copied from pinned memory (false), or on the device while they fit in "
+        "1 GiB and a quarter of the free GPU memory (auto); nothing on a CPU",
+        choices=PLACEMENTS,
+    ),
     Option("seed", int, 0, "seed of data partition, initialisation, sampling and shuffling"),
     Option("rounds", int, 10, "communication rounds"),
     Option("clients", int, None, "number of clients (default: one per site, else 4)"),

@@ -8,11 +8,12 @@ at setup (:func:`fedkit_core.engines.server.shot_groups`), as in a deployment.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from fedkit_core.config import Config
+from fedkit_core.devices import DataPlacement
 from fedkit_core.errors import FedkitError
 from fedkit_core.partitions import partition
 from fedkit_core.plugins import PluginSet
@@ -50,6 +51,17 @@ class Federation:
     task: TaskInfo
     clients: dict[str, ClientData]
     device: torch.device
+    #: the device copies of the clients' data this process holds (``data_on_device``)
+    placement: DataPlacement = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.placement = DataPlacement(self.device, self.config["data_on_device"])
+
+    def client_data(self, client_id: str) -> ClientData:
+        """The data a client of this process trains on: on the GPU when ``data_on_device``
+        puts it there (placed when first asked, one device copy shared by the clients),
+        else the host data of :attr:`clients`."""
+        return self.placement.place(self.clients[client_id])
 
     @property
     def infos(self) -> dict[str, ClientInfo]:

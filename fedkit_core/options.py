@@ -82,6 +82,8 @@ class Option:
                 raise FedkitError(f"config key {key!r} must be a mapping, got {short_repr(value)}")
             result = dict(value)
         else:
+            if isinstance(value, bool) and self.type == "str" and _named(value, self.choices):
+                value = str(value).lower()  # `--set key=true`: YAML read the choice as a bool
             result = _coerce_scalar(value, _SCALARS[self.type], key)
         if self.choices is not None and result not in self.choices:
             raise FedkitError(
@@ -101,6 +103,11 @@ class Option:
         else:
             return
         raise FedkitError(f"config key {key!r} must be {bound}, got {_number(value)}")
+
+
+def _named(value: bool, choices: Sequence[Any] | None) -> bool:
+    """Whether ``choices`` name the boolean ``value`` as text (``"true"``, ``"false"``)."""
+    return choices is not None and str(value).lower() in choices
 
 
 def _number(value: float) -> str:

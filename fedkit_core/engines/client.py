@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from fedkit_core.config import Config
+from fedkit_core.devices import input_layout, joined, place_model
 from fedkit_core.engines.context import ClientContext, ServerContext, derive_seed
 from fedkit_core.errors import FedkitError
 from fedkit_core.messages import Message, Payload, Reply, check_arrays, check_scalars
@@ -106,7 +107,8 @@ class ClientRuntime:
             self.shared.join(self)
         else:
             torch.manual_seed(derive_seed(ctx.config["seed"], "model", ctx.id))
-            ctx.model = build_model(self.plugins, ctx).to(ctx.device)
+            model = build_model(self.plugins, ctx)
+            ctx.model = place_model(model, ctx.device, ctx.config["channels_last"])
         if ctx.config["task.shot_thresholds"]:
             return Message("setup", {CLASS_COUNTS: torch.tensor(ctx.info.class_counts)})
         return Message("setup")
@@ -131,7 +133,7 @@ class ClientRuntime:
         model.train()
         for epoch in range(ctx.config["local_epochs"]):
             for batch in ctx.batches("train", shuffle=True, augment=True):
-                outputs = model(batch.x)
+                outputs = ctx.forward(model, batch.x)
                 terms = {"task": ctx.task_loss(batch, outputs)}
                 for extra in self.hook.fedkit_loss_terms(client=ctx, batch=batch, outputs=outputs):
                     terms.update(extra or {})
@@ -327,7 +329,7 @@ class ClientRuntime:
 def _scored(ctx: ClientContext, views: Mapping[str, str], batch: Batch) -> dict[str, torch.Tensor]:
     """One evaluation batch scored per view (class probabilities, or per-sample Dice for
     segmentation), plus its labels (classification), on the CPU."""
-    outputs = ctx.model(batch.x)
+    outputs = ctx.forward(ctx.model, batch.x)
     segmentation = ctx.task.kind == SEGMENTATION
     out: dict[str, torch.Tensor] = {}
     for view, key in views.items():
@@ -402,15 +404,18 @@ class SharedModel:
 
 def _joint_batches(members: list[ClientRuntime], split: str) -> Iterator[Batch]:
     """Batches of ``eval_batch_size`` samples running through the members' ``split`` in
-    member order (the members' data come from one task: one normaliser)."""
+    member order (the members' data come from one task: one normaliser), as
+    :meth:`ClientContext.batches` makes them."""
     ctx = members[0].ctx
     size = ctx.config["eval_batch_size"]
     images: list[torch.Tensor] = []
     targets: list[torch.Tensor] = []
 
     def batch() -> Batch:
-        x = ctx.data.normalizer(torch.cat(images).to(ctx.device, non_blocking=True))
-        y = torch.cat(targets).to(ctx.device, non_blocking=True).long()
+        x = input_layout(
+            ctx.data.normalizer(joined(images, ctx.device)), ctx.config["channels_last"]
+        )
+        y = joined(targets, ctx.device).long()
         return Batch(x, y, torch.arange(len(y)))
 
     filled = 0

@@ -12,13 +12,14 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from fedkit_core.config import Config
+from fedkit_core.devices import autocast_forward, gather, input_layout
 from fedkit_core.errors import FedkitError
 from fedkit_core.losses import log_prior
 from fedkit_core.messages import Arrays, Payload
@@ -32,6 +33,9 @@ def derive_seed(*parts: object) -> int:
     """A stable 31-bit seed from any parts (str parts hashed with crc32, not Python's hash)."""
     words = [p if isinstance(p, int) else zlib.crc32(str(p).encode()) for p in parts]
     return int(np.random.SeedSequence([abs(int(w)) for w in words]).generate_state(1)[0] >> 1)
+
+
+T = TypeVar("T")
 
 
 def _caller(what: str) -> str:
@@ -140,6 +144,12 @@ class ClientContext(_Party):
         torch.manual_seed(seed)
         self.rng = torch.Generator().manual_seed(seed)
 
+    def forward(self, fn: Callable[[torch.Tensor], T], x: torch.Tensor) -> T:
+        """``fn(x)`` (a model's forward pass) in the run's ``precision``: with ``bf16``
+        under autocast, its floating outputs handed back as float32 so that losses and
+        softmax are computed in float32 (see :mod:`fedkit_core.devices`)."""
+        return autocast_forward(fn, x, self.config["precision"], self.device)
+
     def batches(
         self,
         split: str = "train",
@@ -153,7 +163,7 @@ class ClientContext(_Party):
 
         Shuffling draws from ``self.rng`` (seeded per round). A trailing batch of one sample
         is dropped when training (batch norm cannot train on it); ``drop_last`` drops any
-        incomplete trailing batch.
+        incomplete trailing batch. Images come in the run's layout (``channels_last``).
         """
         data = self.data[split]
         size = batch_size or self.config["batch_size"]
@@ -163,11 +173,11 @@ class ClientContext(_Party):
             index = order[start : start + size]
             if (drop_last and len(index) < size) or (augment and len(index) == 1 and n > 1):
                 break
-            x = self.data.normalizer(data.images[index].to(self.device, non_blocking=True))
-            y = data.targets[index].to(self.device, non_blocking=True).long()
+            x = self.data.normalizer(gather(data.images, index, self.device))
+            y = gather(data.targets, index, self.device).long()
             if augment and self.data.augment is not None:
                 x, y = self.data.augment(x, y, self.rng)
-            yield Batch(x, y, index)
+            yield Batch(input_layout(x, self.config["channels_last"]), y, index)
 
     def train(
         self,
@@ -182,8 +192,9 @@ class ClientContext(_Party):
         loss: a plugin's own phase of local training (FedRep's head epochs, FedBABU's
         fine-tuning before evaluation). Returns the mean loss.
 
-        ``forward`` maps a batch's images to logits (default: the model's ``logits``); the
-        loss is :meth:`task_loss` of them (other plugins' loss terms do not apply). The
+        ``forward`` maps a batch's images to logits (default: the model's ``logits``), run
+        in the run's precision (:meth:`forward`); the loss is :meth:`task_loss` of them
+        (other plugins' loss terms do not apply). The
         optimiser is a fresh one of the run's kind (``fedkit_optimizer``) at ``lr``
         (default: this round's), with the run's ``grad_clip``. Modules keep the mode
         (train/eval) the caller set. With ``seed``, shuffling, augmentation and dropout draw
@@ -207,7 +218,7 @@ class ClientContext(_Party):
             try:
                 for _ in range(epochs):
                     for batch in self.batches("train", shuffle=True, augment=True):
-                        loss = self.task_loss(batch, {"logits": forward(batch.x)})
+                        loss = self.task_loss(batch, {"logits": self.forward(forward, batch.x)})
                         optimizer.zero_grad(set_to_none=True)
                         loss.backward()
                         if clip:
@@ -232,7 +243,7 @@ class ClientContext(_Party):
         try:
             with torch.inference_mode():
                 for batch in self.batches(split, batch_size=self.config["eval_batch_size"]):
-                    out = model(batch.x)[output]
+                    out = self.forward(model, batch.x)[output]
                     if segmentation:
                         parts.append(per_sample_dice(out, batch.y, self.task.num_classes).cpu())
                     else:

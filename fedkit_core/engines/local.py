@@ -16,6 +16,7 @@ import time
 import torch
 
 from fedkit_core.config import Config
+from fedkit_core.devices import place_model
 from fedkit_core.engines.checkpoint import ClientCheckpoints
 from fedkit_core.engines.client import ClientRuntime, SharedModel, build_model
 from fedkit_core.engines.context import ClientContext, derive_seed
@@ -118,8 +119,8 @@ class LocalEngine:
         server = Server(cfg, plugins, fed.task, fed.device, observer)
         model = shared_model(server, plugins)
         clients = {
-            cid: ClientRuntime(cid, data, fed.task, cfg, plugins, fed.device, model)
-            for cid, data in fed.clients.items()
+            cid: ClientRuntime(cid, fed.client_data(cid), fed.task, cfg, plugins, fed.device, model)
+            for cid in fed.clients
         }
         stores = None
         if run_dir is not None and cfg["checkpoint"]:
@@ -179,7 +180,7 @@ def shared_model(server: Server, plugins: PluginSet) -> SharedModel | None:
     model = build_model(plugins, ClientContext(server.task, server.config, server.ctx.device))
     if model.private_state():
         return None
-    return SharedModel(model.to(server.ctx.device))
+    return SharedModel(place_model(model, server.ctx.device, server.config["channels_last"]))
 
 
 ENGINE = LocalEngine()

@@ -87,21 +87,14 @@ class FedModel(nn.Module):
     def shared_state(self) -> dict[str, torch.Tensor]:
         """Every state entry that is uploaded and aggregated (detached copies, on CPU).
 
-        Copies, never views: an upload must not change when the client trains on.
+        Copies, never views: an upload must not change when the client trains on. They are
+        contiguous whatever the model's layout (``channels_last``).
         """
-        return {
-            k: v.detach().to("cpu", copy=True)
-            for k, v in self.state_dict().items()
-            if not self.is_private(k)
-        }
+        return {k: _host_copy(v) for k, v in self.state_dict().items() if not self.is_private(k)}
 
     def private_state(self) -> dict[str, torch.Tensor]:
-        """The entries that stay on the client (detached copies, on CPU)."""
-        return {
-            k: v.detach().to("cpu", copy=True)
-            for k, v in self.state_dict().items()
-            if self.is_private(k)
-        }
+        """The entries that stay on the client (detached contiguous copies, on CPU)."""
+        return {k: _host_copy(v) for k, v in self.state_dict().items() if self.is_private(k)}
 
     def load_shared(self, arrays: Mapping[str, torch.Tensor]) -> None:
         """Load received global arrays into the shared entries; private ones are kept."""
@@ -130,3 +123,8 @@ class FedModel(nn.Module):
                         f"this model {tuple(state[key].shape)}"
                     )
                 state[key].copy_(value)
+
+
+def _host_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A detached contiguous copy of ``tensor`` on the CPU."""
+    return tensor.detach().to("cpu", memory_format=torch.contiguous_format, copy=True)

@@ -93,7 +93,8 @@ class Split:
 
     def class_counts(self, num_classes: int) -> np.ndarray:
         """Samples per class (classification) or pixels per class (segmentation)."""
-        return np.bincount(self.targets.reshape(-1).numpy(), minlength=num_classes)[:num_classes]
+        labels = self.targets.reshape(-1).cpu().numpy()  # held on a GPU: data_on_device
+        return np.bincount(labels, minlength=num_classes)[:num_classes]
 
 
 @dataclass

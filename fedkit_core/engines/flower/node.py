@@ -159,7 +159,7 @@ class NodeClient:
         fed = self.federation
         runtime = ClientRuntime(
             self.id,
-            fed.clients[self.id],
+            fed.client_data(self.id),
             TaskInfo.from_dict(json.loads(task)),
             fed.config,
             fed.plugins,
