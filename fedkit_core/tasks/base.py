@@ -103,14 +103,24 @@ class Normalizer:
 
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    #: (device, dims) -> the broadcastable mean and std tensors, made once per device (on a
+    #: GPU each would be a blocking host-to-device copy per batch)
+    _tensors: dict[Any, tuple[torch.Tensor, torch.Tensor]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         x = images.float()
         if images.dtype == torch.uint8:
             x = x / 255.0
-        shape = (1, -1) + (1,) * (x.dim() - 2)
-        mean = torch.tensor(self.mean, device=x.device).view(shape)
-        std = torch.tensor(self.std, device=x.device).view(shape)
+        key = (x.device, x.dim())
+        if key not in self._tensors:
+            shape = (1, -1) + (1,) * (x.dim() - 2)
+            self._tensors[key] = (
+                torch.tensor(self.mean, device=x.device).view(shape),
+                torch.tensor(self.std, device=x.device).view(shape),
+            )
+        mean, std = self._tensors[key]
         return (x - mean) / std
 
 
