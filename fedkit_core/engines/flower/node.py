@@ -20,7 +20,7 @@ context holds a newer version, so a worker that serves a node repeatedly pays no
 On a deployed node each message is answered in a forked child of the ClientApp process: a
 client that misses ``client_timeout`` is killed, one whose process exits is noticed at once,
 and either way the node replies "failed" with its context as before the message. A deployed
-server sends each message's arrays packed in one Flower ``Array`` (:mod:`.packing`); the
+server sends each message's content packed in one Flower record (:mod:`.packing`); the
 node answers a packed message packed.
 
 Which client a node serves: its node config's ``partition-id`` indexes the clients that
