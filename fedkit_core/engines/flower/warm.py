@@ -15,8 +15,11 @@ its SuperNode, SuperExec and ServerApp poll each other every 0.5 to 3 s. A warm 
   when it stored a message, and the executor tells the SuperNode when it pushed the reply
   (Flower: the SuperExec polls every 1 s, the SuperNode its reply store every 0.5 s);
 * polls the SuperLink fast right after a message and backs off while idle, from
-  :data:`FIRST_POLL` to :data:`POLL` seconds (Flower: every 3 s), so a node asks for the
-  next message soon after a round's phase without loading the SuperLink between runs.
+  :data:`FIRST_POLL` to :data:`ACTIVE_POLL` seconds during a run and to :data:`POLL`
+  between runs (Flower: every 3 s), so a node asks for the next message soon after a
+  round's phase without loading the SuperLink between runs;
+* retries an object of a message that is not all stored yet after :data:`OBJECT_RETRY`
+  seconds (Flower: 1 s), here and in the ServerApp.
 
 ``--no-warm`` gives Flower's plain SuperNode (the former behaviour), e.g. to compare.
 """
