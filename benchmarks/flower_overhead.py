@@ -20,10 +20,12 @@ Every variant runs with ``OMP_NUM_THREADS=1`` (unless set), as Ray's workers do.
 
 The deployment runs with fedkit's warm SuperNodes (the default), and with ``--no-warm`` too
 when asked (``--plain``: Flower's own fresh ``flwr-clientapp`` process per message and
-0.5-3 s polls, fedkit's former behaviour).
+0.5-3 s polls, fedkit's former behaviour). ``--baseline DIR`` also runs the deployment of
+another fedkit checkout (e.g. ``git worktree add --detach DIR main``), alternating with this
+one's, to measure a change before and after in one command under the same load.
 
     python benchmarks/flower_overhead.py [--rounds 3] [--repeats 2] [--plugin fca]
-        [--skip-deploy] [--skip-simulation] [--plain]
+        [--skip-deploy] [--skip-simulation] [--plain] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -68,10 +70,12 @@ def tree_rss(root: int) -> int:
     return total
 
 
-def measure(command: list[str], env: dict[str, str]) -> tuple[float, int]:
-    """Wall seconds and peak tree RSS of ``command``; raises if it fails."""
+def measure(command: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int]:
+    """Wall seconds and peak tree RSS of ``command`` run in ``cwd``; raises if it fails."""
     start = time.perf_counter()
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     peak = 0
     while proc.poll() is None:
         peak = max(peak, tree_rss(proc.pid))
@@ -92,6 +96,17 @@ def final_accuracy(out: Path) -> float:
     return float(json.loads((out / "results.json").read_text())["final"]["global"]["acc"])
 
 
+def checkout_env(root: Path) -> dict[str, str]:
+    """The environment that runs the fedkit checkout at ``root``: it and its plugins first
+    on the path (ahead of an installed fedkit), one torch thread unless set."""
+    plugins = [str(p.parent) for p in sorted(root.glob("plugins/*/pyproject.toml"))]
+    plugins += [str(p.parent) for p in sorted(root.glob("examples/plugin-*/pyproject.toml"))]
+    path = [str(root), *plugins, os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
 def load() -> float:
     return os.getloadavg()[0]
 
@@ -104,12 +119,11 @@ def main() -> None:
     parser.add_argument("--skip-deploy", action="store_true")
     parser.add_argument("--skip-simulation", action="store_true", help="no simulation runs")
     parser.add_argument("--plain", action="store_true", help="also deploy with --no-warm")
+    parser.add_argument(
+        "--baseline", type=Path, help="also deploy with the fedkit checkout in this folder"
+    )
     args = parser.parse_args()
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    env.setdefault("OMP_NUM_THREADS", "1")
+    env = checkout_env(ROOT)
     fedkit = [sys.executable, "-m", "fedkit_core.cli"]
     common = ["--config", str(JOB), "--rounds", str(args.rounds), "-q"]
     common += [flag for name in args.plugin for flag in ("--plugin", name)]
@@ -117,35 +131,45 @@ def main() -> None:
     extra = ["--rounds", str(args.rounds), "-q"]
     extra += [flag for name in args.plugin for flag in ("--plugin", name)]
     deploy_env = {**env, "PYTHON": sys.executable}
-    # name -> (command before the output folder, command after it, environment)
-    variants: dict[str, tuple[list[str], list[str], dict[str, str]]] = {
-        "local": ([*fedkit, "run", "--engine", "local", *common, "--out"], [], env),
+    # name -> (command before the output folder, command after it, environment, folder)
+    variants: dict[str, tuple[list[str], list[str], dict[str, str], Path]] = {
+        "local": ([*fedkit, "run", "--engine", "local", *common, "--out"], [], env, ROOT),
     }
     if not args.skip_simulation:
         for backend in ("thread", "ray"):
             head = [*fedkit, "run", "--engine", "flower", "--set", f"flower.backend={backend}"]
-            variants[f"flower simulation ({backend})"] = ([*head, *common, "--out"], [], env)
+            variants[f"flower simulation ({backend})"] = ([*head, *common, "--out"], [], env, ROOT)
     if not args.skip_deploy:
+        if args.baseline is not None:
+            base_root = args.baseline.resolve()
+            variants["baseline deployment (warm, 3 SuperNodes)"] = (
+                ["bash", str(base_root / "examples" / "flower" / "deploy_local.sh")],
+                extra,
+                {**checkout_env(base_root), "PYTHON": sys.executable, "SUPERNODE_ARGS": ""},
+                base_root,
+            )
         variants["flower deployment (warm, 3 SuperNodes)"] = (
             script,
             extra,
             {**deploy_env, "SUPERNODE_ARGS": ""},
+            ROOT,
         )
         if args.plain:
             variants["flower deployment (--no-warm, 3 SuperNodes)"] = (
                 script,
                 extra,
                 {**deploy_env, "SUPERNODE_ARGS": "--no-warm"},
+                ROOT,
             )
     runs: dict[str, list[tuple[list[float], float, int, float, float, float]]] = {
         name: [] for name in variants
     }
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):
-            for index, (name, (head, tail, variant_env)) in enumerate(variants.items()):
+            for index, (name, (head, tail, variant_env, cwd)) in enumerate(variants.items()):
                 out = Path(tmp) / f"{repeat}-{index}"
                 before = load()
-                wall, peak = measure([*head, str(out), *tail], variant_env)
+                wall, peak = measure([*head, str(out), *tail], variant_env, cwd)
                 runs[name].append(
                     (steady_rounds(out), wall, peak, final_accuracy(out), before, load())
                 )

@@ -1,4 +1,4 @@
-"""A deployed message's arrays travel as one Flower Array and come back unchanged."""
+"""A deployed message travels as one Flower record and comes back unchanged."""
 
 import numpy as np
 import pytest
@@ -22,12 +22,14 @@ def test_packed_arrays_come_back_bitwise_with_their_scalars():
         "empty": torch.zeros(0, 4, dtype=torch.float64),
         "half": torch.randn(5, dtype=torch.float16),
     }
-    content = to_records(Message("fit", arrays, {"round": 3, "lr": 0.1, "name": "x"}))
+    scalars = {"round": 3, "lr": 0.1, "steps": 1.0, "name": "x", "last": True}
+    content = to_records(Message("fit", arrays, scalars))
     packed = pack(content)
-    assert PACKED in packed.config_records and len(packed.array_records["arrays"]) == 1
-    assert len(get_all_nested_objects(packed)) < len(get_all_nested_objects(content))
+    assert list(packed) == [PACKED]  # one record: a RecordDict and a ConfigRecord to send
+    assert len(get_all_nested_objects(packed)) == 2 < len(get_all_nested_objects(content))
     back = from_records(unpack(packed), "fit")
-    assert back.scalars == {"round": 3, "lr": 0.1, "name": "x"}
+    assert back.scalars == scalars
+    assert {k: type(v) for k, v in back.scalars.items()} == {k: type(v) for k, v in scalars.items()}
     assert list(back.arrays) == list(arrays)
     for name, tensor in arrays.items():
         assert back.arrays[name].dtype == tensor.dtype and back.arrays[name].shape == tensor.shape
@@ -35,3 +37,5 @@ def test_packed_arrays_come_back_bitwise_with_their_scalars():
     assert unpack(content) is content  # unpacked content passes through
     failed = to_records(Message("fit", error="boom"))
     assert from_records(unpack(pack(failed)), "fit").error == "boom"
+    bare = from_records(unpack(pack(to_records(Message("describe", scalars={"i": 2})))), "query")
+    assert bare.arrays == {} and bare.scalars == {"i": 2}

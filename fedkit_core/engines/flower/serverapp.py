@@ -23,6 +23,7 @@ from fedkit_core.engines.driver import drive
 from fedkit_core.engines.flower.node import CONFIG_KEY, OUT_KEY, TASK_KEY
 from fedkit_core.engines.flower.packing import pack, unpack
 from fedkit_core.engines.flower.records import MESSAGE_TYPES, from_records, to_records
+from fedkit_core.engines.flower.warm import retry_object_pulls_sooner
 from fedkit_core.engines.server import Observer, Server
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import pick_device
@@ -38,7 +39,7 @@ from fedkit_core.tasks.base import TaskInfo
 DELIVERY_SLACK = 15.0
 #: the longest wait between two pulls of replies from an in-memory (simulation) or a remote
 #: (deployed) SuperLink
-SIMULATION_PAUSE, DEPLOYED_PAUSE = 0.05, 0.5
+SIMULATION_PAUSE, DEPLOYED_PAUSE = 0.05, 0.05
 
 
 class FlowerTransport:
@@ -269,6 +270,9 @@ def serve_deployed(grid: Grid, context: Context) -> None:
             f"the run config lacks {CONFIG_KEY!r}; submit with `fedkit flower submit`"
         )
     cfg, plugin_set = resolve_config(json.loads(str(raw)))
+    from flwr.superlink.grid import http_grid
+
+    retry_object_pulls_sooner(http_grid)  # the nodes' replies
     if cfg["flower.nodes"] is None:
         raise FedkitError("set flower.nodes to the number of SuperNodes (one per client)")
     out = str(context.run_config.get(OUT_KEY, ""))

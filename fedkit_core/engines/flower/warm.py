@@ -15,8 +15,11 @@ its SuperNode, SuperExec and ServerApp poll each other every 0.5 to 3 s. A warm 
   when it stored a message, and the executor tells the SuperNode when it pushed the reply
   (Flower: the SuperExec polls every 1 s, the SuperNode its reply store every 0.5 s);
 * polls the SuperLink fast right after a message and backs off while idle, from
-  :data:`FIRST_POLL` to :data:`POLL` seconds (Flower: every 3 s), so a node asks for the
-  next message soon after a round's phase without loading the SuperLink between runs.
+  :data:`FIRST_POLL` to :data:`ACTIVE_POLL` seconds during a run and to :data:`POLL`
+  between runs (Flower: every 3 s), so a node asks for the next message soon after a
+  round's phase without loading the SuperLink between runs;
+* retries an object of a message that is not all stored yet after :data:`OBJECT_RETRY`
+  seconds (Flower: 1 s), here and in the ServerApp.
 
 ``--no-warm`` gives Flower's plain SuperNode (the former behaviour), e.g. to compare.
 """
@@ -24,6 +27,7 @@ its SuperNode, SuperExec and ServerApp poll each other every 0.5 to 3 s. A warm 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import select
 import subprocess
@@ -36,11 +40,16 @@ from typing import Any
 #: the longest pause between a SuperNode's polls of the SuperLink when idle (Flower: 3 s);
 #: ``FEDKIT_SUPERNODE_POLL`` changes it
 POLL = float(os.environ.get("FEDKIT_SUPERNODE_POLL", "1.0"))
-#: the first pause after a message; each idle poll waits 1.5 times longer, up to POLL
-FIRST_POLL = 0.005
-#: the longest wait without a wake-up: the executor's check for a lost signal or a gone
-#: SuperNode, and the SuperNode's for a reply
+#: the first pause after a message; each idle poll waits 1.5 times longer, up to
+#: ACTIVE_POLL for ACTIVE seconds after the node's last message (a run's next message comes
+#: within a round), then up to POLL
+FIRST_POLL, ACTIVE_POLL, ACTIVE = 0.005, 0.05, 10.0
+#: the longest wait without a wake-up: the executor's check for a gone SuperNode, and the
+#: SuperNode's for a reply
 SAFETY = 1.0
+#: the first wait before pulling again an object of a message that is not all there yet,
+#: doubling up to the second (Flower: 1 s doubling to 10 s)
+OBJECT_RETRY, OBJECT_RETRY_CAP = 0.02, 1.0
 
 
 def supernode_main(flower_args: list[str]) -> None:
@@ -63,6 +72,7 @@ def supernode_main(flower_args: list[str]) -> None:
         pacer = Pacer(reply_read, task_write)
         loop._pull_and_store_message = pacer.wrap(loop._pull_and_store_message)  # type: ignore[attr-defined]
         loop.time = pacer.time_module()  # type: ignore[attr-defined]
+        retry_object_pulls_sooner(loop)
         sys.argv = ["flower-supernode", *flower_args, "--isolation", "process"]
         flower_supernode()
     finally:
@@ -75,7 +85,8 @@ class Pacer:
     The loop pulls a message from the SuperLink, then waits (``time.sleep``) until the
     ClientApp's reply is in its store and sends it; with nothing to pull it sleeps 3 s.
     Here a pulled message wakes the executor at once, the wait for a reply ends when the
-    executor signals it, and an idle wait grows from :data:`FIRST_POLL` to :data:`POLL`.
+    executor signals it, and an idle wait grows from :data:`FIRST_POLL` to
+    :data:`ACTIVE_POLL` while a run is likely to send more, then to :data:`POLL`.
     """
 
     def __init__(self, reply_fd: int, task_fd: int):
@@ -84,6 +95,7 @@ class Pacer:
         os.set_blocking(task_fd, False)
         self.idle = True
         self.pause = POLL
+        self.last = -ACTIVE  # when the last message came (time.monotonic)
 
     def wrap(self, pull: Callable[..., int | None]) -> Callable[..., int | None]:
         def pull_and_store(*args: Any, **kwargs: Any) -> int | None:
@@ -91,6 +103,7 @@ class Pacer:
             self.idle = run_id is None
             if not self.idle:
                 self.pause = FIRST_POLL
+                self.last = time.monotonic()
                 _signal(self.task_fd)
             return run_id
 
@@ -101,7 +114,8 @@ class Pacer:
         reply (or for an object of it) that the executor's signal ends."""
         if self.idle:
             wait = min(seconds, self.pause)
-            self.pause = min(POLL, self.pause * 1.5)
+            active = time.monotonic() - self.last < ACTIVE
+            self.pause = min(ACTIVE_POLL if active else POLL, self.pause * 1.5)
         else:
             wait = min(seconds, SAFETY)
         _wait(self.reply_fd, wait)
@@ -114,18 +128,39 @@ class Pacer:
         return paced
 
 
+def retry_object_pulls_sooner(module: types.ModuleType) -> None:
+    """Make Flower's ``pull_objects``, as ``module`` calls it, retry a missing object after
+    :data:`OBJECT_RETRY` seconds rather than 1 s. Flower announces a message (to the
+    SuperLink, or a reply to it) before it pushes the message's objects, so a receiver that
+    polls soon after finds some missing, and waited 1 s for them. The overall limit, Flower's
+    ``max_time`` of 2 hours, stays."""
+    from flwr.supercore.inflatable.inflatable_utils import pull_objects
+
+    module.pull_objects = functools.partial(  # type: ignore[attr-defined]
+        pull_objects,
+        initial_backoff=OBJECT_RETRY,
+        backoff_cap=OBJECT_RETRY_CAP,
+        max_tries_per_object=None,
+    )
+
+
 def _signal(fd: int) -> None:
     """Wake the process reading pipe ``fd`` (a full pipe is awake already)."""
     with contextlib.suppress(BlockingIOError, BrokenPipeError):
         os.write(fd, b"!")
 
 
-def _wait(fd: int, seconds: float) -> None:
-    """Sleep up to ``seconds``, less if pipe ``fd`` is written to; take what it holds. A
-    pipe whose writer is gone (it reads as ready for ever) is slept on plainly."""
+def _wait(fd: int, seconds: float) -> bool:
+    """Sleep up to ``seconds``, less if pipe ``fd`` is written to; take what it holds and
+    say whether it held anything. A pipe whose writer is gone (it reads as ready for ever)
+    is slept on plainly."""
     ready, _, _ = select.select([fd], [], [], max(seconds, 0.0))
-    if ready and not os.read(fd, 4096):
-        time.sleep(seconds)
+    if not ready:
+        return False
+    if os.read(fd, 4096):
+        return True
+    time.sleep(seconds)
+    return False
 
 
 def executor(address: str, parent: int, task_fd: int, reply_fd: int) -> None:
@@ -151,15 +186,42 @@ def executor(address: str, parent: int, task_fd: int, reply_fd: int) -> None:
         retry_invoker=make_simple_http_retry_invoker(),
     )
     installed: set[str] = set()
-    while os.getppid() == parent:
+
+    def acquire() -> str | None:
         got = client.AcquireTask(
             AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP], agentapp_fab_hashes=[])
         )
-        if got.HasField("task") and got.token:
-            _run_task(address, got.token, installed)
-            _signal(reply_fd)
-        else:
-            _wait(task_fd, SAFETY)
+        return got.token if got.HasField("task") and got.token else None
+
+    serve_tasks(
+        acquire,
+        lambda token: _run_task(address, token, installed),
+        task_fd,
+        reply_fd,
+        alive=lambda: os.getppid() == parent,
+    )
+
+
+def serve_tasks(
+    acquire: Callable[[], str | None],
+    run: Callable[[str], None],
+    task_fd: int,
+    reply_fd: int,
+    alive: Callable[[], bool],
+) -> None:
+    """The executor's loop: ``acquire`` a task (its token) and ``run`` it, then signal on
+    ``reply_fd``, while ``alive()``. A task is asked for only after the SuperNode's signal
+    on ``task_fd`` (and once at the start): Flower creates the task before it has stored the
+    message's objects, and a task taken early waited 1 s or more for them."""
+    signalled = True  # a task stored before this process listened has signalled already
+    while alive():
+        if signalled:
+            token = acquire()
+            if token is not None:
+                run(token)
+                _signal(reply_fd)
+                continue  # another message may have been stored meanwhile
+        signalled = _wait(task_fd, SAFETY)
 
 
 def _preload() -> None:
