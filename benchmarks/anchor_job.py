@@ -183,20 +183,34 @@ def run_bare(path: Path, seed: int) -> dict:
     import torch
 
     torch.set_num_threads(THREADS)
-    data = client_data(path, seed)
-    global_model, local = initial_model(seed), make()
-    rounds = []
-    for rnd in range(1, ROUNDS + 1):
+    global_model = initial_model(seed)
+    rounds = bare_rounds(global_model, make(), client_data(path, seed), ROUNDS, seed)
+    return {"rounds": rounds, "accuracy": test_accuracy(global_model, path)}
+
+
+def bare_rounds(global_model, local, data: dict, rounds: int, seed: int, **train) -> list[float]:
+    """FedAvg rounds of the bare loop: each client (``data``: id -> (x, y)) loads the global
+    weights into ``local`` and trains (:func:`train_client` with ``train``'s extra
+    arguments); the sample-weighted mean becomes ``global_model``'s. The rounds' seconds."""
+    import torch
+
+    times = []
+    for rnd in range(1, rounds + 1):
         start = time.perf_counter()
         states, sizes = [], []
         for cid, (x, y) in data.items():
             local.load_state_dict(global_model.state_dict())
-            train_client(local, x, y, seed, rnd, cid)
-            states.append({k: v.detach().clone() for k, v in local.state_dict().items()})
+            train_client(local, x, y, seed, rnd, cid, **train)
+            states.append(
+                {
+                    k: v.detach().to("cpu", memory_format=torch.contiguous_format, copy=True)
+                    for k, v in local.state_dict().items()
+                }
+            )
             sizes.append(len(x))
         global_model.load_state_dict(average(states, sizes))
-        rounds.append(time.perf_counter() - start)
-    return {"rounds": rounds, "accuracy": test_accuracy(global_model, path)}
+        times.append(time.perf_counter() - start)
+    return times
 
 
 def fedkit_config(sites: Path, seed: int, engine: str) -> dict:
@@ -373,17 +387,18 @@ def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[float, int, str |
     return wall, peak, error
 
 
+def worker_env() -> dict[str, str]:
+    """The environment of a benchmark's worker process: this checkout and the benchmarks
+    first on the path, ``THREADS`` OpenMP threads."""
+    path = [str(ROOT / "benchmarks"), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), "OMP_NUM_THREADS": str(THREADS)}
+
+
 def measure(mode: str, data: Path, sites: Path, seed: int) -> dict | None:
     """Run one mode in a fresh process; its wall time, peak tree PSS and its own report."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(
-                [str(ROOT / "benchmarks"), str(ROOT), os.environ.get("PYTHONPATH", "")]
-            ),
-            "OMP_NUM_THREADS": str(THREADS),
-        }
+        env = worker_env()
         cmd = [sys.executable, __file__, "--worker", mode, "--data", str(data)]
         cmd += ["--sites", str(sites), "--seed", str(seed), "--report", str(report)]
         wall, peak, error = run_measured(cmd, env)

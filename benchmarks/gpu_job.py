@@ -49,7 +49,7 @@ from pathlib import Path
 
 import anchor_job
 import numpy as np
-from anchor_job import DATA, ROOT, THREADS, client_data, derive_seed, write_sites
+from anchor_job import DATA, THREADS, client_data, derive_seed, write_sites
 
 MODES = ("bare", "fedkit-local")
 #: variant -> (precision, channels_last)
@@ -162,22 +162,9 @@ def run_bare(path: Path, seed: int, job: Job, device: str, rounds: int, variant:
     local = build().to(device)
     if channels_last:
         local = local.to(memory_format=torch.channels_last)
-    times = []
-    for rnd in range(1, rounds + 1):
-        start = time.perf_counter()
-        states, sizes = [], []
-        for cid, (x, y) in data.items():
-            local.load_state_dict(global_model.state_dict())
-            anchor_job.train_client(local, x, y, seed, rnd, cid, precision, channels_last)
-            states.append(
-                {
-                    k: v.detach().to("cpu", memory_format=torch.contiguous_format, copy=True)
-                    for k, v in local.state_dict().items()
-                }
-            )
-            sizes.append(len(x))
-        global_model.load_state_dict(anchor_job.average(states, sizes))
-        times.append(time.perf_counter() - start)
+    times = anchor_job.bare_rounds(
+        global_model, local, data, rounds, seed, precision=precision, channels_last=channels_last
+    )
     end = time.time()
     accuracy = anchor_job.test_accuracy(global_model.to(device), path, device)
     return {"rounds": times, "end": end, "accuracy": accuracy}
@@ -261,13 +248,7 @@ def measure(args: argparse.Namespace, mode: str, job: str, variant: str, files: 
     data, sites = files
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(
-                [str(ROOT / "benchmarks"), str(ROOT), os.environ.get("PYTHONPATH", "")]
-            ),
-            "OMP_NUM_THREADS": str(THREADS),
-        }
+        env = anchor_job.worker_env()
         cmd = [sys.executable, __file__, "--worker", mode, "--job", job, "--variant", variant]
         cmd += ["--data", str(data), "--sites", str(sites), "--seed", str(args.seed)]
         cmd += ["--device", args.device, "--rounds", str(args.rounds), "--report", str(report)]
