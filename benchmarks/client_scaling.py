@@ -22,6 +22,7 @@ before and after.
 
     python benchmarks/client_scaling.py [--clients 10,100,1000] [--rounds 3]
         [--head-samples 1500] [--repeats 1] [--threads 2] [--modes fedkit,bare]
+        [--plugin NAME ...] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -35,12 +36,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
 from anchor_job import ROOT, average, derive_seed, run_measured
 
 SAMPLE_FRACTION, BATCH, EVAL_BATCH, LR = 0.1, 32, 256, 1e-3
 
 
-def config(clients: int, rounds: int, head_samples: int) -> dict:
+def config(clients: int, rounds: int, head_samples: int, extra: dict | None = None) -> dict:
+    """The run of ``clients`` clients; ``extra``: more config keys (``--plugin``, ``--set``)."""
     return {
         "task": {"name": "synthetic", "head_samples": head_samples},
         "clients": clients,
@@ -49,6 +52,7 @@ def config(clients: int, rounds: int, head_samples: int) -> dict:
         "rounds": rounds,
         "checkpoint": False,
         "seed": 0,
+        **(extra or {}),
     }
 
 
@@ -74,17 +78,17 @@ class CpuClock:
     def on_end(self, results, run_dir) -> None: ...
 
 
-def fedkit_worker(clients: int, rounds: int, head_samples: int) -> dict:
+def fedkit_worker(clients: int, rounds: int, head_samples: int, extra: dict) -> dict:
     from fedkit_core import run
 
     clock = CpuClock()
-    results = run(config(clients, rounds, head_samples), observer=clock)
+    results = run(config(clients, rounds, head_samples, extra), observer=clock)
     seconds = [r["seconds"] for r in results.rounds]
     setup = results["final"]["wall_seconds"] - sum(seconds)
     return {"rounds": seconds, "setup": setup, "cpu_setup": clock.setup, "cpu_rounds": clock.rounds}
 
 
-def bare_worker(clients: int, rounds: int, head_samples: int) -> dict:
+def bare_worker(clients: int, rounds: int, head_samples: int, extra: dict) -> dict:
     """The same work as a plain PyTorch loop. It takes its data from fedkit's task loader
     and partitioner (so every client holds the same samples as in fedkit) and its network
     from fedkit's ``SmallCNN`` class (a plain ``nn.Module``) with a linear head; the rest is
@@ -191,6 +195,7 @@ def measure(mode: str, clients: int, args: argparse.Namespace) -> dict:
         cmd = [sys.executable, __file__, "--worker", mode, "--worker-clients", str(clients)]
         cmd += ["--report", str(report), "--rounds", str(args.rounds)]
         cmd += ["--head-samples", str(args.head_samples), "--threads", str(args.threads)]
+        cmd += [f"--plugin={p}" for p in args.plugin] + [f"--set={s}" for s in args.set]
         env = {"PYTHONPATH": f"{ROOT}:{ROOT / 'benchmarks'}", "OMP_NUM_THREADS": str(args.threads)}
         _, peak, error = run_measured(cmd, {**os.environ, **env})
         if error is not None:
@@ -237,6 +242,19 @@ def main() -> None:
         "--threads", type=int, default=2, help="torch threads (1 on a machine shared with others)"
     )
     parser.add_argument("--modes", default="fedkit,bare", help="fedkit, bare or both")
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        help="a method plugin of the fedkit runs (repeatable; the bare loop has none)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config key of the fedkit runs (repeatable; a YAML value)",
+    )
     parser.add_argument("--worker", choices=("fedkit", "bare"), help=argparse.SUPPRESS)
     parser.add_argument("--worker-clients", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--report", type=Path, help=argparse.SUPPRESS)
@@ -246,8 +264,12 @@ def main() -> None:
 
         torch.set_num_threads(args.threads)
         work = fedkit_worker if args.worker == "fedkit" else bare_worker
+        extra = {"plugins": args.plugin} if args.plugin else {}
+        for item in args.set:
+            key, _, value = item.partition("=")
+            extra[key] = yaml.safe_load(value)
         args.report.write_text(
-            json.dumps(work(args.worker_clients, args.rounds, args.head_samples))
+            json.dumps(work(args.worker_clients, args.rounds, args.head_samples, extra))
         )
         return
     counts = [int(c) for c in args.clients.split(",")]
@@ -262,6 +284,7 @@ def main() -> None:
     print(
         f"synthetic, head_samples={args.head_samples}, iid, sample_fraction={SAMPLE_FRACTION}, "
         f"{args.rounds} rounds, {args.threads} threads, medians of {args.repeats}; "
+        f"plugins {','.join(args.plugin) or 'none'}, set {' '.join(args.set) or 'nothing'}; "
         f"ratios to {counts[0]} clients of the same mode; load average {before} before, "
         f"{loadavg()} after"
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +25,9 @@ from fedkit_core.metrics.statistics import classification_stats, segmentation_st
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.plugins import PluginSet
 from fedkit_core.tasks.base import SEGMENTATION, Batch, ClientData, TaskInfo
+
+if TYPE_CHECKING:
+    from fedkit_core.engines.pool import ModelPool
 
 #: prefix of the plugin entries (``fedkit_configure_fit``) in a fit message
 PAYLOAD = "payload/"
@@ -62,17 +65,23 @@ class ClientRuntime:
         plugins: PluginSet,
         device: torch.device,
         shared: SharedModel | None = None,
+        pool: ModelPool | None = None,
     ):
         """``shared``: a model this client shares with others instead of building its own
-        (see :func:`fedkit_core.engines.local.shared_model`)."""
+        (see :func:`fedkit_core.engines.local.shared_model`); ``pool``: the live models of
+        this client's process, when the client builds its model only when a message needs
+        it and may idle as its snapshot (``local.live_models``, see
+        :mod:`fedkit_core.engines.pool`); else it builds its model at set-up and keeps it."""
         self.plugins = plugins
         self.shared = shared
+        self.pool = pool
         self.ctx = ClientContext(
             task, config, device, client_id=client_id, data=data, info=data.info()
         )
         self.ctx.hook = plugins.hook
         self.optimizer: torch.optim.Optimizer | None = None
         self.dirty = False  # persistent state changed since the last state_dict()
+        self.set_up = False  # whether the setup message succeeded
 
     @property
     def id(self) -> str:
@@ -102,21 +111,37 @@ class ClientRuntime:
         ctx.priors = dict(message.arrays)
         for priors in self.hook.fedkit_client_priors(client=ctx):
             ctx.priors.update(priors or {})
+        self.set_up = False
         if self.shared is not None:
             ctx.model = self.shared.model
             self.shared.join(self)
+        elif self.pool is not None:  # built by the first message that needs it
+            self.pool.drop(self)
         else:
-            torch.manual_seed(derive_seed(ctx.config["seed"], "model", ctx.id))
-            model = build_model(self.plugins, ctx)
-            ctx.model = place_model(model, ctx.device, ctx.config["channels_last"])
+            ctx.model = self.new_model()
+        self.set_up = True
         if ctx.config["task.shot_thresholds"]:
             return Message("setup", {CLASS_COUNTS: torch.tensor(ctx.info.class_counts)})
         return Message("setup")
+
+    def new_model(self) -> FedModel:
+        """This client's model as built at set-up (seeded per client: the same model
+        whenever it is built)."""
+        ctx = self.ctx
+        torch.manual_seed(derive_seed(ctx.config["seed"], "model", ctx.id))
+        return place_model(build_model(self.plugins, ctx), ctx.device, ctx.config["channels_last"])
+
+    def live(self) -> None:
+        """Make sure this client's model is built and holds its state (a client with a
+        ``pool`` builds it when first needed and may have gone idle since)."""
+        if self.pool is not None:
+            self.pool.take(self)
 
     # ------------------------------------------------------------------ fit
 
     def fit(self, message: Message) -> Message:
         """Load the global arrays, train locally, return the shared arrays and scalars."""
+        self.live()
         ctx, model = self.ctx, self.ctx.model
         round_, lr = int(message.scalars["round"]), float(message.scalars["lr"])
         ctx.seed_round(round_)
@@ -203,6 +228,7 @@ class ClientRuntime:
 
     def query(self, message: Message) -> Message:
         """An extra round trip during aggregation, answered by the plugin that asked."""
+        self.live()
         scalars = dict(message.scalars)
         name = str(scalars.pop("query"))
         reply = self.hook.fedkit_answer_query(
@@ -228,6 +254,7 @@ class ClientRuntime:
         this client.
         """
         ctx = self.ctx
+        self.live()
         ctx.round = int(message.scalars.get("round", ctx.round))
         if self.shared is not None:
             return self.shared.evaluate(self, message)
@@ -310,6 +337,7 @@ class ClientRuntime:
     def state_dict(self) -> dict[str, Any]:
         """The client's persistent state: private model entries, optimiser, plugin state,
         and the current round's plugin scratch (needed by queries after a fit)."""
+        self.live()
         self.dirty = False
         return {
             "private": self.ctx.model.private_state(),
@@ -319,6 +347,7 @@ class ClientRuntime:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.live()
         self.ctx.model.load_private(state["private"])
         self.ctx.states = {k: dict(v) for k, v in state["plugins"].items()}
         self.ctx.scratches = {k: dict(v) for k, v in state.get("scratch", {}).items()}

@@ -13,8 +13,8 @@ from fedkit_core.engines.server import Server, Transport
 from fedkit_core.messages import Message
 from fedkit_core.plugins import PluginSet
 from fedkit_core.results.plots import plot_run
-from fedkit_core.results.schema import Results, build_results, metrics_csv
-from fedkit_core.results.store import RunDir, write_json, write_text
+from fedkit_core.results.schema import Results, build_results
+from fedkit_core.results.store import ResultsWriter, RunDir
 
 log = logging.getLogger("fedkit")
 
@@ -44,14 +44,15 @@ def drive(
     if saved:
         server.restore(saved)
     server.seconds += time.perf_counter() - started
+    writer = ResultsWriter()
 
     def after_round(srv: Server) -> None:
         if store is not None:
             store.save(srv)
-        write_results("running", srv, plugin_set, run_dir)
+        write_results("running", srv, plugin_set, run_dir, writer)
 
     server.run(transport, on_round=after_round)
-    return finish_run(server, plugin_set, run_dir)
+    return finish_run(server, plugin_set, run_dir, writer)
 
 
 class _Resuming:
@@ -71,9 +72,14 @@ class _Resuming:
 
 
 def write_results(
-    status: str, server: Server, plugin_set: PluginSet, run_dir: RunDir | None
+    status: str,
+    server: Server,
+    plugin_set: PluginSet,
+    run_dir: RunDir | None,
+    writer: ResultsWriter,
 ) -> Results:
-    """The results of ``server``'s rounds so far, written to ``run_dir`` (if any)."""
+    """The results of ``server``'s rounds so far, written to ``run_dir`` (if any) by
+    ``writer`` (the same one every round, so that each round is serialised once)."""
     results = build_results(
         status=status,
         config=server.config.nested(),
@@ -87,14 +93,15 @@ def write_results(
         priors=server.ctx.priors,
     )
     if run_dir is not None:
-        write_json(run_dir.results, results)
-        write_text(run_dir.metrics_csv, metrics_csv(server.records))
+        writer.write(run_dir, results)
     return results
 
 
-def finish_run(server: Server, plugin_set: PluginSet, run_dir: RunDir | None) -> Results:
+def finish_run(
+    server: Server, plugin_set: PluginSet, run_dir: RunDir | None, writer: ResultsWriter
+) -> Results:
     """Write the complete results and their plots, then tell the observer."""
-    results = write_results("complete", server, plugin_set, run_dir)
+    results = write_results("complete", server, plugin_set, run_dir, writer)
     if run_dir is not None:
         plot_run(results, run_dir.path)
     server.observer.on_end(results, run_dir.path if run_dir else None)

@@ -21,6 +21,7 @@ from fedkit_core.engines.checkpoint import ClientCheckpoints
 from fedkit_core.engines.client import ClientRuntime, SharedModel, build_model
 from fedkit_core.engines.context import ClientContext, derive_seed
 from fedkit_core.engines.driver import drive
+from fedkit_core.engines.pool import ModelPool
 from fedkit_core.engines.server import Observer, Server, round_half_up
 from fedkit_core.engines.workers import (
     WorkerTransport,
@@ -102,6 +103,19 @@ class LocalEngine:
             "the in-process results bit for bit",
             min=1,
         ),
+        Option(
+            "live_models",
+            int,
+            None,
+            "with method plugins (clients that keep models of their own): build a client's "
+            "model when a message first needs it and keep at most this many models live per "
+            "process, the other clients idle as their checkpoint state (a thousand clients "
+            "are then not a thousand models; a client that is used again rebuilds its model "
+            "and restores that state, bit for bit). Default: every client builds its model "
+            "at set-up and keeps it. Plugins must keep copies, not the model's tensors, in "
+            "ctx.state and ctx.scratch (see docs/engines.md)",
+            min=1,
+        ),
     )
 
     def execute(
@@ -118,8 +132,12 @@ class LocalEngine:
         count = _worker_count(cfg, setting, plugins, len(fed.clients), fed.device)
         server = Server(cfg, plugins, fed.task, fed.device, observer)
         model = shared_model(server, plugins)
+        live = cfg["local.live_models"]
+        models = ModelPool(live) if live is not None and model is None else None
         clients = {
-            cid: ClientRuntime(cid, fed.client_data(cid), fed.task, cfg, plugins, fed.device, model)
+            cid: ClientRuntime(
+                cid, fed.client_data(cid), fed.task, cfg, plugins, fed.device, model, models
+            )
             for cid in fed.clients
         }
         stores = None

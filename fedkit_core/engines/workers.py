@@ -143,7 +143,7 @@ def _failed(message: Message, err: BaseException) -> Message:
 
 def _state_before(client: ClientRuntime, message: Message) -> dict[str, Any] | None:
     """A copy of ``client``'s snapshot before a message that changes its state."""
-    if message.kind not in ("fit", "query") or client.ctx.model is None:
+    if message.kind not in ("fit", "query") or not client.set_up:
         return None
     dirty = client.dirty
     snapshot = copy.deepcopy(client_snapshot(client))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -163,35 +163,105 @@ def prior_digests(priors: Mapping[str, torch.Tensor]) -> dict[str, dict[str, Any
     return out
 
 
+class PerRound:
+    """``compute(record)`` of each round's record, kept while the record is unchanged, so
+    that what is rewritten after every round costs the new round, not the whole history.
+
+    A kept value is reused while its record is the same object holding the same top-level
+    values (compared by identity): a record changed by setting a top-level key (as the
+    server does when it scores the test split of an earlier round) is computed again. The
+    rule it relies on: a record's nested values are never changed in place after its round
+    (replace them by setting the top-level key instead).
+    """
+
+    def __init__(self, compute: Callable[[Mapping[str, Any]], Any]):
+        self.compute = compute
+        #: per round: the record, its top-level keys and values, and the computed value
+        self._kept: list[tuple[Mapping[str, Any], tuple[Any, ...], tuple[Any, ...], Any]] = []
+
+    def __call__(self, records: Sequence[Mapping[str, Any]]) -> list[Any]:
+        """``compute`` of every record, in order."""
+        del self._kept[len(records) :]
+        for n, record in enumerate(records):
+            keys, values = tuple(record), tuple(record.values())
+            if n < len(self._kept):
+                kept, kept_keys, kept_values, _ = self._kept[n]
+                if (
+                    kept is record
+                    and kept_keys == keys
+                    and all(a is b for a, b in zip(kept_values, values, strict=True))
+                ):
+                    continue
+            self._kept[n : n + 1] = [(record, keys, values, self.compute(record))]
+        return [kept[3] for kept in self._kept]
+
+
 def metrics_csv(records: Sequence[Mapping[str, Any]]) -> str:
     """One row per round, split and scope (global, clients_mean, client:<id>)."""
-    rows: list[dict[str, Any]] = []
-    for record in _evaluated(records):
-        splits = (("test", record),) if has_test(record) else ()
-        for split, scopes in (*splits, ("val", record.get("val", {}))):
-            fair = scopes.get("fairness", {})
-            base = {"round": record["round"], "split": split}
-            rows.append({**base, "scope": "global", **scopes.get("global", {})})
-            rows.append(
-                {
-                    **base,
-                    "scope": "clients_mean",
-                    **scopes.get("clients_mean", {}),
-                    **(
-                        {"fairness_std": fair["std"], "fairness_worst": fair["worst"]}
-                        if fair
-                        else {}
-                    ),
-                    **scopes.get("summary", {}),
-                }
-            )
-            for cid, metrics in scopes.get("clients", {}).items():
-                rows.append({**base, "scope": f"client:{cid}", **metrics})
-    columns = ["round", "split", "scope"]
-    for row in rows:
-        columns += [k for k in row if k not in columns]
+    return MetricsCsv().text(records)
+
+
+class MetricsCsv:
+    """:func:`metrics_csv` rewritten after every round at the cost of the new round: each
+    round's rows are built and formatted once (formatted again only when a later round
+    brings a new column, which changes every row's cells)."""
+
+    def __init__(self) -> None:
+        self._rounds = PerRound(_csv_round)
+        self._columns: list[str] = []
+
+    def text(self, records: Sequence[Mapping[str, Any]]) -> str:
+        """The CSV text of ``records``: a header, then every round's rows in order."""
+        rounds = self._rounds(records)
+        columns = ["round", "split", "scope"]
+        for kept in rounds:
+            columns += [k for k in kept["columns"] if k not in columns]
+        if columns != self._columns:
+            self._columns = columns
+            for kept in rounds:
+                kept["text"] = None
+        header = io.StringIO()
+        csv.DictWriter(header, fieldnames=columns).writeheader()
+        for record, kept in zip(records, rounds, strict=True):
+            if kept["text"] is None:
+                kept["text"] = _csv_text(_csv_rows(record), columns)
+        return header.getvalue() + "".join(kept["text"] for kept in rounds)
+
+
+def _csv_round(record: Mapping[str, Any]) -> dict[str, Any]:
+    """One round's columns in order of appearance and (formatted with the file's columns,
+    see :meth:`MetricsCsv.text`) its rows' text."""
+    columns: dict[str, None] = {}
+    for row in _csv_rows(record):
+        columns.update(dict.fromkeys(row))
+    return {"columns": list(columns), "text": None}
+
+
+def _csv_text(rows: list[dict[str, Any]], columns: list[str]) -> str:
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=columns, restval="")
-    writer.writeheader()
-    writer.writerows(rows)
+    csv.DictWriter(out, fieldnames=columns, restval="").writerows(rows)
     return out.getvalue()
+
+
+def _csv_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The metrics.csv rows of one round's record (none for a round not evaluated)."""
+    if "val" not in record:
+        return []
+    rows: list[dict[str, Any]] = []
+    splits = (("test", record),) if has_test(record) else ()
+    for split, scopes in (*splits, ("val", record.get("val", {}))):
+        fair = scopes.get("fairness", {})
+        base = {"round": record["round"], "split": split}
+        rows.append({**base, "scope": "global", **scopes.get("global", {})})
+        rows.append(
+            {
+                **base,
+                "scope": "clients_mean",
+                **scopes.get("clients_mean", {}),
+                **({"fairness_std": fair["std"], "fairness_worst": fair["worst"]} if fair else {}),
+                **scopes.get("summary", {}),
+            }
+        )
+        for cid, metrics in scopes.get("clients", {}).items():
+            rows.append({**base, "scope": f"client:{cid}", **metrics})
+    return rows

@@ -23,6 +23,7 @@ import yaml
 
 from fedkit_core.config import safe_yaml
 from fedkit_core.errors import FedkitError
+from fedkit_core.results.schema import MetricsCsv, PerRound
 
 
 def _umask() -> int:
@@ -63,6 +64,54 @@ def write_text(path: Path, text: str) -> None:
 
 def write_json(path: Path, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=False, default=_jsonable) + "\n")
+
+
+class ResultsWriter:
+    """Writes a running run's results.json and metrics.csv after each round at the cost of
+    what changed, not of the whole history: each round's record is serialised once and its
+    text kept (see :class:`~fedkit_core.results.schema.PerRound` for when it is serialised
+    again), and the files are assembled from the pieces, byte for byte what
+    :func:`write_json` and :func:`~fedkit_core.results.schema.metrics_csv` write."""
+
+    def __init__(self) -> None:
+        self._rounds = PerRound(lambda record: b"\n    " + _dumps(record, 2))
+        self.metrics = MetricsCsv()
+
+    def write(self, run_dir: RunDir, results: Mapping[str, Any]) -> None:
+        """Write ``results`` (a mapping with a ``rounds`` list) to ``run_dir``'s
+        results.json and metrics.csv, each atomically."""
+        self.write_json(run_dir.results, results)
+        write_text(run_dir.metrics_csv, self.metrics.text(results["rounds"]))
+
+    def write_json(self, path: Path, results: Mapping[str, Any]) -> None:
+        """Write ``results`` to ``path`` atomically, as :func:`write_json` would."""
+        parts = self.pieces(results)
+        _atomic(Path(path), lambda fh: fh.writelines(parts))
+
+    def pieces(self, results: Mapping[str, Any]) -> list[bytes]:
+        """The bytes of ``json.dumps(results, indent=2) + "\\n"``, in pieces."""
+        out = [b"{"]
+        for n, (key, value) in enumerate(results.items()):
+            out.append(b"%s\n  %s: " % (b"," if n else b"", _dumps(key, 0)))
+            out.extend(self._list(value) if key == "rounds" else [_dumps(value, 1)])
+        out.append(b"\n}\n" if results else b"}\n")
+        return out
+
+    def _list(self, records: list[Mapping[str, Any]]) -> list[bytes]:
+        """The pieces of the ``rounds`` list (at nesting level 1)."""
+        if not records:
+            return [b"[]"]
+        out = [b"["]
+        for n, text in enumerate(self._rounds(records)):
+            out += [b",", text] if n else [text]
+        return [*out, b"\n  ]"]
+
+
+def _dumps(value: Any, level: int) -> bytes:
+    """``value`` as :func:`write_json` writes it at nesting ``level`` (two spaces a level;
+    JSON text holds no other line breaks: those in strings are escaped)."""
+    text = json.dumps(value, indent=2, sort_keys=False, default=_jsonable)
+    return text.replace("\n", "\n" + "  " * level).encode("ascii")
 
 
 def write_torch(path: Path, obj: Any, mode: int = FILE_MODE) -> None:
