@@ -336,7 +336,8 @@ class ClientRuntime:
 
     def state_dict(self) -> dict[str, Any]:
         """The client's persistent state: private model entries, optimiser, plugin state,
-        and the current round's plugin scratch (needed by queries after a fit)."""
+        the current round's plugin scratch (needed by queries after a fit), and which
+        parameters train (a kept optimiser holds those: FedRep freezes its head)."""
         self.live()
         self.dirty = False
         return {
@@ -344,11 +345,15 @@ class ClientRuntime:
             "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
             "plugins": self.ctx.states,
             "scratch": self.ctx.scratches,
+            "trainable": {n: p.requires_grad for n, p in self.ctx.model.named_parameters()},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.live()
-        self.ctx.model.load_private(state["private"])
+        model = self.ctx.model
+        model.load_private(state["private"])
+        for name, param in model.named_parameters():  # before the optimiser is rebuilt
+            param.requires_grad_(state.get("trainable", {}).get(name, param.requires_grad))
         self.ctx.states = {k: dict(v) for k, v in state["plugins"].items()}
         self.ctx.scratches = {k: dict(v) for k, v in state.get("scratch", {}).items()}
         if state["optimizer"] is not None:

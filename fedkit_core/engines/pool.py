@@ -16,9 +16,9 @@ and plain values) and two more, checked where they can be:
 * ``fedkit_client_priors`` does not draw from torch's global random stream (the set-up no
   longer builds each client's model between two clients' priors).
 
-What else is kept of an idle model: each module's train/eval mode and which parameters
-train (``requires_grad``, on which a kept optimiser is rebuilt: a client whose rebuilt
-optimiser would hold other parameters than its old one is refused with a FedkitError).
+What else is kept of an idle model: each module's train/eval mode (which parameters train,
+``requires_grad``, is in every snapshot: a kept optimiser is rebuilt on them; a client whose
+rebuilt optimiser would hold other parameters than its old one is refused with a FedkitError).
 Gradients are not (each fit clears them before its first backward pass, as after a resume). Identical shared
 entries of idle clients (every client after an evaluation holds the global model) are
 stored once.
@@ -78,9 +78,7 @@ class ModelPool:
             return
         model, dirty = client.ctx.model, client.dirty
         try:
-            for name, param in model.named_parameters():
-                param.requires_grad_(idle["trainable"][name])
-            restore_client(client, idle["snapshot"])  # the optimiser rebuilt on those
+            restore_client(client, idle["snapshot"])  # trainable parameters, then optimiser
             if _optimised(client) != idle["optimised"]:
                 raise FedkitError(
                     f"client {client.id!r}: its optimiser, rebuilt when the client was used "
@@ -105,7 +103,6 @@ class ModelPool:
         self.idle[client.id] = {
             "snapshot": snapshot,
             "training": {name: module.training for name, module in model.named_modules()},
-            "trainable": {name: p.requires_grad for name, p in model.named_parameters()},
             "optimised": _optimised(client),
         }
         client.ctx.model, client.optimizer = None, None

@@ -3,7 +3,8 @@
 import pytest
 from fedkit_baselines import fedrep
 
-from fedkit_core import FedkitError, run
+from fedkit_core import FedkitError, resume, run
+from fedkit_core.engines.server import Observer
 from fedkit_core.testing import tiny, tiny_seg
 
 from .baseline_probes import Uploads, Watch, same
@@ -49,3 +50,27 @@ def test_no_head_epochs_leave_the_head_as_it_was():
 def test_segmentation_is_refused():
     with pytest.raises(FedkitError, match="fedrep personalises a classification head"):
         run(tiny_seg(rounds=1), plugins={"fedrep": fedrep})
+
+
+class _StopAfter(Observer):
+    def __init__(self, rnd: int):
+        self.rnd = rnd
+
+    def on_round_end(self, record):
+        if record["round"] == self.rnd:
+            raise KeyboardInterrupt
+
+
+def test_a_run_with_kept_optimiser_state_resumes_exactly(tmp_path):
+    # the kept optimiser holds the body alone (the head is frozen when it is built): a
+    # resumed client must rebuild it on the same parameters before loading its state
+    config = tiny(
+        rounds=3, plugins=["fedrep"], keep_optimizer_state=True, fedrep={"head_epochs": 1}
+    )
+    straight = run(config)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run({**config, "checkpoint": True}, out=out, observer=_StopAfter(2))
+    resumed = resume(out)
+    assert resumed.final["clients"] == straight.final["clients"]
+    assert [r["train"] for r in resumed.rounds] == [r["train"] for r in straight.rounds]
