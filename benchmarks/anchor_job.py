@@ -22,8 +22,8 @@ Modes (each a fresh process, run in alternation, ``--repeats`` times; medians pr
 
 Printed per mode: process wall time (start to exit of the process), steady round (median of
 rounds 2.. as each mode times them), peak PSS of the process tree (sum over the process and
-all its descendants, from ``/proc/*/smaps_rollup``, sampled every 0.2 s), test accuracy, and
-the ratios to the bare loop (fedkit-flower also to flower-raw).
+all its descendants, from ``/proc/*/smaps_rollup``, sampled every ``PSS_EVERY`` s), test
+accuracy, and the ratios to the bare loop (fedkit-flower also to flower-raw).
 
     python benchmarks/anchor_job.py [--repeats 3] [--modes bare,fedkit-local,...]
 """
@@ -373,17 +373,30 @@ def tree_pss(root: int) -> int:
     return total
 
 
+#: seconds between two samples of a process tree's PSS: reading ``smaps_rollup`` walks every
+#: page table of the tree (a Ray tree of ~1.7 GB), and sampling every 0.2 s cost the measured
+#: job ~0.25 s of each ~2.3 s round on 2 cores; the peak is a plateau held for many seconds
+PSS_EVERY = 1.0
+
+
 def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[float, int, str | None]:
     """Run ``cmd`` in a fresh process: its wall seconds, the peak PSS of its process tree
-    (sampled every 0.2 s) and, when it fails, the tail of its stderr (else ``None``)."""
+    (sampled every ``PSS_EVERY`` s) and, when it fails, the tail of its stderr (else
+    ``None``). Its stderr goes to a file, not a pipe nobody reads while it runs (a pipe
+    holds 64 KiB: a chattier process would block on it)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peak = 0
-    while proc.poll() is None:
-        peak = max(peak, tree_pss(proc.pid))
-        time.sleep(0.2)
-    wall = time.perf_counter() - start
-    error = proc.stderr.read().decode()[-3000:] if proc.returncode != 0 else None
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, tree_pss(proc.pid))
+            try:  # returns as soon as it exits: the wall time is not rounded to a sample
+                proc.wait(timeout=PSS_EVERY)
+            except subprocess.TimeoutExpired:
+                pass
+        wall = time.perf_counter() - start
+        stderr.seek(0)
+        error = stderr.read().decode(errors="replace")[-3000:] if proc.returncode else None
     return wall, peak, error
 
 
