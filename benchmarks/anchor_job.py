@@ -31,6 +31,7 @@ accuracy, and the ratios to the bare loop (fedkit-flower also to flower-raw).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -390,10 +391,9 @@ def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[float, int, str |
         peak = 0
         while proc.poll() is None:
             peak = max(peak, tree_pss(proc.pid))
-            try:  # returns as soon as it exits: the wall time is not rounded to a sample
+            # returns as soon as it exits: the wall time is not rounded to a sample
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=PSS_EVERY)
-            except subprocess.TimeoutExpired:
-                pass
         wall = time.perf_counter() - start
         stderr.seek(0)
         error = stderr.read().decode(errors="replace")[-3000:] if proc.returncode else None
