@@ -3,6 +3,7 @@
 * :func:`shared_data` finds the real data sets under ``../shared/data`` (or
   ``$FEDKIT_SHARED_DATA``) and skips the test with a clear reason when they are absent.
 * :func:`tiny` / :func:`tiny_seg` give configs that run a whole federation in seconds.
+* :class:`InterruptAfter` stops a run after a round, as Ctrl-C would (to test resuming).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+
+from fedkit_core.engines.server import Observer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,3 +76,16 @@ def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+class InterruptAfter(Observer):
+    """An observer that stops a run with ``KeyboardInterrupt`` once round ``round`` has
+    ended (its checkpoint is written by then), as Ctrl-C would: for tests of
+    ``fedkit resume``."""
+
+    def __init__(self, round: int):
+        self.round = round
+
+    def on_round_end(self, record: dict[str, Any]) -> None:
+        if record["round"] == self.round:
+            raise KeyboardInterrupt

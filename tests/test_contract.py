@@ -18,7 +18,7 @@ from torch import nn
 
 from fedkit_core import hookspecs, run
 from fedkit_core.plugin import FedkitError, Option, Payload, Reply, hookimpl, weighted_average
-from fedkit_core.testing import tiny
+from fedkit_core.testing import InterruptAfter, tiny
 
 BIG_CLIENT = "site1"
 
@@ -298,25 +298,14 @@ class Counter:
         return {"counter.fits": client.state["fits"]}
 
 
-class StopAfter:
-    def __init__(self, round_: int):
-        self.round = round_
-
-    def on_start(self, total, first): ...
-
-    def on_phase(self, *args): ...
-
-    def on_round_end(self, record):
-        if record["round"] == self.round:
-            raise KeyboardInterrupt
-
-
 def test_client_state_survives_interruption_and_resume(tmp_path):
     from fedkit_core import resume
 
     config = tiny(rounds=4, checkpoint=True)
     with pytest.raises(KeyboardInterrupt):
-        run(config, plugins={"counter": Counter()}, out=tmp_path / "run", observer=StopAfter(2))
+        run(
+            config, plugins={"counter": Counter()}, out=tmp_path / "run", observer=InterruptAfter(2)
+        )
     resumed = resume(tmp_path / "run", plugins={"counter": Counter()})
     fits = [rec["train"]["site0"]["counter.fits"] for rec in resumed.rounds]
     assert fits == [1, 2, 3, 4]

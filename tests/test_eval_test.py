@@ -6,11 +6,10 @@ from __future__ import annotations
 import pytest
 
 from fedkit_core import resume, run
-from fedkit_core.engines.server import Observer
 from fedkit_core.errors import FedkitError
 from fedkit_core.results.plots import plot_run
 from fedkit_core.results.schema import SCOPES, has_test, metrics_csv
-from fedkit_core.testing import tiny
+from fedkit_core.testing import InterruptAfter, tiny
 
 #: validation falls in round 4 and the best round is 5 (checked below: no vacuous pass)
 CONFIG = tiny(rounds=6, lr=3e-3)
@@ -56,23 +55,12 @@ def test_improved_keeps_final_and_best_results(every, plugins):
         assert improved.final["best"]["round"] != last  # the kept best model was tested
 
 
-class Interrupt(Observer):
-    """Stops the run after a round (its checkpoint is written by then)."""
-
-    def __init__(self, after: int):
-        self.after = after
-
-    def on_round_end(self, record):
-        if record["round"] == self.after:
-            raise KeyboardInterrupt
-
-
 def test_the_kept_best_model_survives_a_resume(every, tmp_path):
     """Interrupted after the best round (5, kept untested), resumed: the last round tests
     the kept model from the server's checkpoint."""
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
-        run({**CONFIG, "checkpoint": True}, out=out, observer=Interrupt(5))
+        run({**CONFIG, "checkpoint": True}, out=out, observer=InterruptAfter(5))
     resumed = resume(out)
     assert resumed.final["best"] == every.final["best"]
     assert resumed.final["best"]["round"] == 5

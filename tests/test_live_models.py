@@ -9,8 +9,7 @@ import pytest
 from fedkit_core import FedkitError, hookimpl, resume, run
 from fedkit_core.engines.client import ClientRuntime
 from fedkit_core.engines.pool import ModelPool
-from fedkit_core.engines.server import Observer
-from fedkit_core.testing import tiny
+from fedkit_core.testing import InterruptAfter, tiny
 
 #: 5 clients, 3 of them sampled each round: clients train, answer queries and evaluate
 #: after others have taken the model
@@ -72,21 +71,16 @@ def test_idle_clients_in_worker_processes(pool_watch):
     assert records(idle) == records(live)
 
 
-class Interrupt(Observer):
-    def __init__(self, after: int):
-        self.after = after
-
-    def on_round_end(self, record):
-        if record["round"] == self.after:
-            raise KeyboardInterrupt
-
-
 def test_a_run_with_idle_clients_resumes_exactly(tmp_path):
     config = {**CONFIG, "plugins": ["fca"], "keep_optimizer_state": True, "rounds": 4}
     live = run(config)
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
-        run({**config, "checkpoint": True, "local.live_models": 1}, out=out, observer=Interrupt(2))
+        run(
+            {**config, "checkpoint": True, "local.live_models": 1},
+            out=out,
+            observer=InterruptAfter(2),
+        )
     assert records(resume(out)) == records(live)
 
 

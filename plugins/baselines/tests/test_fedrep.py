@@ -4,8 +4,7 @@ import pytest
 from fedkit_baselines import fedrep
 
 from fedkit_core import FedkitError, resume, run
-from fedkit_core.engines.server import Observer
-from fedkit_core.testing import tiny, tiny_seg
+from fedkit_core.testing import InterruptAfter, tiny, tiny_seg
 
 from .baseline_probes import Uploads, Watch, same
 
@@ -52,15 +51,6 @@ def test_segmentation_is_refused():
         run(tiny_seg(rounds=1), plugins={"fedrep": fedrep})
 
 
-class _StopAfter(Observer):
-    def __init__(self, rnd: int):
-        self.rnd = rnd
-
-    def on_round_end(self, record):
-        if record["round"] == self.rnd:
-            raise KeyboardInterrupt
-
-
 def test_a_run_with_kept_optimiser_state_resumes_exactly(tmp_path):
     # the kept optimiser holds the body alone (the head is frozen when it is built): a
     # resumed client must rebuild it on the same parameters before loading its state
@@ -70,7 +60,7 @@ def test_a_run_with_kept_optimiser_state_resumes_exactly(tmp_path):
     straight = run(config)
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
-        run({**config, "checkpoint": True}, out=out, observer=_StopAfter(2))
+        run({**config, "checkpoint": True}, out=out, observer=InterruptAfter(2))
     resumed = resume(out)
     assert resumed.final["clients"] == straight.final["clients"]
     assert [r["train"] for r in resumed.rounds] == [r["train"] for r in straight.rounds]
