@@ -223,18 +223,19 @@ class MetricsCsv:
         header = io.StringIO()
         csv.DictWriter(header, fieldnames=columns).writeheader()
         for record, kept in zip(records, rounds, strict=True):
-            if kept["text"] is None:
-                kept["text"] = _csv_text(_csv_rows(record), columns)
+            if kept["text"] is None:  # the rows built with the columns, or again if dropped
+                kept["text"] = _csv_text(kept.pop("rows", None) or _csv_rows(record), columns)
         return header.getvalue() + "".join(kept["text"] for kept in rounds)
 
 
 def _csv_round(record: Mapping[str, Any]) -> dict[str, Any]:
-    """One round's columns in order of appearance and (formatted with the file's columns,
-    see :meth:`MetricsCsv.text`) its rows' text."""
+    """One round's columns in order of appearance, its rows (dropped once formatted) and
+    their text (formatted with the file's columns, see :meth:`MetricsCsv.text`)."""
+    rows = _csv_rows(record)
     columns: dict[str, None] = {}
-    for row in _csv_rows(record):
+    for row in rows:
         columns.update(dict.fromkeys(row))
-    return {"columns": list(columns), "text": None}
+    return {"columns": list(columns), "rows": rows, "text": None}
 
 
 def _csv_text(rows: list[dict[str, Any]], columns: list[str]) -> str:
