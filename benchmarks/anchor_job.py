@@ -123,7 +123,8 @@ def train_client(
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     model.train()
     n = len(x)
-    order = torch.randperm(n, generator=rng)
+    # the order on the data's device once (a host index into device data waits for the GPU)
+    order = torch.randperm(n, generator=rng).to(x.device)
     for start in range(0, n, BATCH):
         idx = order[start : start + BATCH]
         if len(idx) == 1 and n > 1:

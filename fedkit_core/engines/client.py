@@ -162,7 +162,8 @@ class ClientRuntime:
                 terms = {"task": ctx.task_loss(batch, outputs)}
                 for extra in self.hook.fedkit_loss_terms(client=ctx, batch=batch, outputs=outputs):
                     terms.update(extra or {})
-                loss = torch.stack([t.reshape(()) for t in terms.values()]).sum()
+                values = [t.reshape(()) for t in terms.values()]
+                loss = values[0] if len(values) == 1 else torch.stack(values).sum()
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if clip:
