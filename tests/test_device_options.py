@@ -20,7 +20,12 @@ from fedkit_core.devices import (
 from fedkit_core.engines import context
 from fedkit_core.federation import prepare
 from fedkit_core.resolve import resolve_config
-from fedkit_core.testing import tiny
+from fedkit_core.testing import tiny as any_device
+
+
+def tiny(**overrides):
+    """The tiny run on the CPU, whatever the machine has (these tests are about the CPU)."""
+    return any_device(**{"device": "cpu", **overrides})
 
 
 def _rounds(results):
@@ -195,3 +200,12 @@ def test_placement_copies_each_stored_range_once():
     assert (
         fed.client_data(first.id) is first
     )  # the run's own placement: on a CPU, none  # the run's own placement: CPU, none
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_data_on_the_gpu_gives_the_results_of_data_copied_per_batch():
+    """On a GPU: the clients' data held there (indexed by an order moved there once a pass)
+    and host data copied per batch through pinned memory train the same model exactly."""
+    held = run(any_device(device="cuda", data_on_device="true"))
+    copied = run(any_device(device="cuda", data_on_device="false"))
+    assert _rounds(held) == _rounds(copied)
