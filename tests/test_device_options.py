@@ -197,9 +197,7 @@ def test_placement_copies_each_stored_range_once():
     again = placement.place(replace(first, id="twin"))  # the same splits: no second copy
     assert placement.bytes == placed_bytes
     assert again["train"].images.data_ptr() == placed[first.id]["train"].images.data_ptr()
-    assert (
-        fed.client_data(first.id) is first
-    )  # the run's own placement: on a CPU, none  # the run's own placement: CPU, none
+    assert fed.client_data(first.id) is first  # the run's own placement: on a CPU, none
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
