@@ -23,7 +23,13 @@ Modes (each a fresh process, run in alternation, ``--repeats`` times; medians pr
 Printed per mode: process wall time (start to exit of the process), steady round (median of
 rounds 2.. as each mode times them), peak PSS of the process tree (sum over the process and
 all its descendants, from ``/proc/*/smaps_rollup``, sampled every ``PSS_EVERY`` s), test
-accuracy, and the ratios to the bare loop (fedkit-flower also to flower-raw).
+accuracy, and the ratios to the bare loop (fedkit-flower also to flower-raw). Then, for
+fedkit-local against bare and fedkit-flower against flower-raw, the paired ratios: each
+repeat runs both modes back to back, so their per-repeat ratio of wall and of steady round
+removes the drift the two share; printed as the geometric mean over repeats with its 95%
+confidence interval (paired t on the log ratios, see :func:`paired_ratio`). On a machine
+whose round times swing by tens of percent from run to run, a target ratio is met only
+when the interval lies below it.
 
     python benchmarks/anchor_job.py [--repeats 3] [--modes bare,fedkit-local,...]
 """
@@ -429,6 +435,22 @@ def measure(mode: str, data: Path, sites: Path, seed: int) -> dict | None:
     }
 
 
+#: (mode, its baseline): the pairs whose per-repeat ratios are summarised
+PAIRS = (("fedkit-local", "bare"), ("fedkit-flower", "flower-raw"))
+
+
+def paired_ratio(values: list[float], baseline: list[float]) -> tuple[float, float, float]:
+    """The geometric mean of ``values[k] / baseline[k]`` and its 95% confidence interval:
+    fedkit's paired t interval (:func:`fedkit_core.metrics.paired.paired_difference`) on
+    the log ratios, brought back by ``exp``. Times are positive and their noise is
+    multiplicative, so the log makes a ratio and its reciprocal symmetric."""
+    from fedkit_core.metrics.paired import paired_difference
+
+    diff = paired_difference(np.log(values), np.log(baseline), higher_is_better=False)
+    low, high = diff["ci_t"]
+    return float(np.exp(diff["mean"])), float(np.exp(low)), float(np.exp(high))
+
+
 def worker(args: argparse.Namespace) -> None:
     seed = args.seed
     if args.worker == "bare":
@@ -460,14 +482,17 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown modes {sorted(unknown)}; choose from {', '.join(MODES)}")
     runs: dict[str, list[dict]] = {m: [] for m in modes}
+    repeats: list[dict[str, dict]] = []  # each repeat's results by mode, for the pairs
     with tempfile.TemporaryDirectory() as tmp:
         sites = write_sites(args.data, args.seed, Path(tmp) / "anchor_sites.npz")
         for repeat in range(args.repeats):
+            repeats.append({})
             for mode in modes:  # alternating: noise from other load spreads over every mode
                 r = measure(mode, args.data, sites, args.seed)
                 if r is None:
                     continue
                 runs[mode].append(r)
+                repeats[-1][mode] = r
                 print(
                     f"  [{repeat + 1}/{args.repeats}] {mode}: wall {r['wall']:.1f} s, "
                     f"round {r['round']:.2f} s, PSS {r['pss'] / 2**20:.0f} MiB, "
@@ -505,6 +530,15 @@ def main() -> None:
             f"fedkit-flower / flower-raw: wall {f['wall'] / r['wall']:.3f}, "
             f"round {f['round'] / r['round']:.3f}, PSS {f['pss'] / r['pss']:.3f}"
         )
+    for mode, base_mode in PAIRS:
+        pairs = [(rep[mode], rep[base_mode]) for rep in repeats if mode in rep and base_mode in rep]
+        if len(pairs) < 2:
+            continue
+        cells = []
+        for key in ("wall", "round"):
+            ratio, low, high = paired_ratio([a[key] for a, _ in pairs], [b[key] for _, b in pairs])
+            cells.append(f"{key} {ratio:.3f} (95% CI {low:.3f}-{high:.3f})")
+        print(f"{mode} / {base_mode}, paired over {len(pairs)} repeats: " + ", ".join(cells))
 
 
 if __name__ == "__main__":
