@@ -21,7 +21,9 @@ Modes (each a fresh process, run in alternation, ``--repeats`` times; medians pr
   run by ``flwr.simulation.run_simulation`` (Ray backend, 2 CPUs per client).
 
 Printed per mode: process wall time (start to exit of the process), steady round (median of
-rounds 2.. as each mode times them), peak PSS of the process tree (sum over the process and
+rounds 2 to 4 as each mode times them: the first round pays the warm-up, and fedkit's last
+round holds its end-of-run evaluation, which the bare loop and raw Flower do after their
+timed rounds), peak PSS of the process tree (sum over the process and
 all its descendants, from ``/proc/*/smaps_rollup``, sampled every ``PSS_EVERY`` s), test
 accuracy, and the ratios to the bare loop (fedkit-flower also to flower-raw). Then, for
 fedkit-local against bare and fedkit-flower against flower-raw, the paired ratios: each
@@ -428,7 +430,7 @@ def measure(mode: str, data: Path, sites: Path, seed: int) -> dict | None:
         out = json.loads(report.read_text())
     return {
         "wall": wall,
-        "round": statistics.median(out["rounds"][1:]),
+        "round": statistics.median(out["rounds"][1:-1]),  # see the module docstring
         "first": out["rounds"][0],
         "pss": peak,
         "accuracy": out["accuracy"],
