@@ -483,8 +483,7 @@ def main() -> None:
     unknown = set(modes) - set(MODES)
     if unknown:
         parser.error(f"unknown modes {sorted(unknown)}; choose from {', '.join(MODES)}")
-    runs: dict[str, list[dict]] = {m: [] for m in modes}
-    repeats: list[dict[str, dict]] = []  # each repeat's results by mode, for the pairs
+    repeats: list[dict[str, dict]] = []  # each repeat's results by mode
     with tempfile.TemporaryDirectory() as tmp:
         sites = write_sites(args.data, args.seed, Path(tmp) / "anchor_sites.npz")
         for repeat in range(args.repeats):
@@ -493,7 +492,6 @@ def main() -> None:
                 r = measure(mode, args.data, sites, args.seed)
                 if r is None:
                     continue
-                runs[mode].append(r)
                 repeats[-1][mode] = r
                 print(
                     f"  [{repeat + 1}/{args.repeats}] {mode}: wall {r['wall']:.1f} s, "
@@ -501,6 +499,7 @@ def main() -> None:
                     f"acc {r['accuracy']:.4f}",
                     file=sys.stderr,
                 )
+    runs = {m: [rep[m] for rep in repeats if m in rep] for m in modes}
     med = {
         m: {k: statistics.median(r[k] for r in rs) for k in ("wall", "round", "first", "pss")}
         for m, rs in runs.items()
