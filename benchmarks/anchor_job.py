@@ -33,7 +33,13 @@ confidence interval (paired t on the log ratios, see :func:`paired_ratio`). On a
 whose round times swing by tens of percent from run to run, a target ratio is met only
 when the interval lies below it.
 
-    python benchmarks/anchor_job.py [--repeats 3] [--modes bare,fedkit-local,...]
+fedkit sets glibc's malloc thresholds in every process that trains clients
+(:mod:`fedkit_core.allocator`); the bare loop and raw Flower keep glibc's defaults, under
+which a process may map and page-fault a training step's memory afresh every step (a raw
+Flower worker sometimes did: 0.21 s a client instead of 0.16 s). ``--same-malloc`` sets the
+thresholds for every mode, through the environment, to compare the rest of the work alone.
+
+    python benchmarks/anchor_job.py [--repeats 3] [--modes bare,fedkit-local,...] [--same-malloc]
 """
 
 from __future__ import annotations
@@ -409,18 +415,29 @@ def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[float, int, str |
     return wall, peak, error
 
 
-def worker_env() -> dict[str, str]:
+def worker_env(same_malloc: bool = False) -> dict[str, str]:
     """The environment of a benchmark's worker process: this checkout and the benchmarks
-    first on the path, ``THREADS`` OpenMP threads."""
+    first on the path, ``THREADS`` OpenMP threads. ``same_malloc``: glibc's malloc
+    thresholds set as fedkit sets them in a process that trains clients
+    (:mod:`fedkit_core.allocator`), for every process of every mode."""
     path = [str(ROOT / "benchmarks"), str(ROOT), os.environ.get("PYTHONPATH", "")]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), "OMP_NUM_THREADS": str(THREADS)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "OMP_NUM_THREADS": str(THREADS)}
+    if same_malloc:
+        from fedkit_core.allocator import MMAP_THRESHOLD, TRIM_THRESHOLD
+
+        env["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)
+        env["MALLOC_TRIM_THRESHOLD_"] = str(TRIM_THRESHOLD)
+    return env
 
 
-def measure(mode: str, data: Path, sites: Path, seed: int) -> dict | None:
-    """Run one mode in a fresh process; its wall time, peak tree PSS and its own report."""
+def measure(
+    mode: str, data: Path, sites: Path, seed: int, same_malloc: bool = False
+) -> dict | None:
+    """Run one mode in a fresh process; its wall time, peak tree PSS and its own report.
+    ``same_malloc``: see :func:`worker_env`."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        env = worker_env()
+        env = worker_env(same_malloc)
         cmd = [sys.executable, __file__, "--worker", mode, "--data", str(data)]
         cmd += ["--sites", str(sites), "--seed", str(seed), "--report", str(report)]
         wall, peak, error = run_measured(cmd, env)
@@ -472,6 +489,13 @@ def main() -> None:
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument(
+        "--same-malloc",
+        action="store_true",
+        help="run every mode with glibc's malloc thresholds as fedkit sets them where "
+        "clients train (fedkit_core/allocator.py), so the baselines do not pay what fedkit "
+        "avoids; by default only fedkit's processes set them",
+    )
     parser.add_argument("--worker", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--sites", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--report", type=Path, help=argparse.SUPPRESS)
@@ -489,7 +513,7 @@ def main() -> None:
         for repeat in range(args.repeats):
             repeats.append({})
             for mode in modes:  # alternating: noise from other load spreads over every mode
-                r = measure(mode, args.data, sites, args.seed)
+                r = measure(mode, args.data, sites, args.seed, args.same_malloc)
                 if r is None:
                     continue
                 repeats[-1][mode] = r
@@ -505,8 +529,10 @@ def main() -> None:
         for m, rs in runs.items()
         if rs
     }
+    malloc = "every mode" if args.same_malloc else "fedkit's processes only"
     print(
-        f"anchor job: {CLIENTS} clients, {ROUNDS} rounds, seed {args.seed}, medians of {args.repeats}"
+        f"anchor job: {CLIENTS} clients, {ROUNDS} rounds, seed {args.seed}, medians of "
+        f"{args.repeats}; fedkit's malloc thresholds in {malloc}"
     )
     print(
         f"{'mode':15s} {'wall s':>8s} {'round s':>8s} {'1st rnd':>8s} {'PSS MiB':>8s} "

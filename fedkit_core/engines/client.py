@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
+from fedkit_core.allocator import keep_freed_memory
 from fedkit_core.config import Config
 from fedkit_core.devices import input_layout, joined, place_model
 from fedkit_core.engines.context import ClientContext, ServerContext, derive_seed
@@ -71,7 +72,11 @@ class ClientRuntime:
         (see :func:`fedkit_core.engines.local.shared_model`); ``pool``: the live models of
         this client's process, when the client builds its model only when a message needs
         it and may idle as its snapshot (``local.live_models``, see
-        :mod:`fedkit_core.engines.pool`); else it builds its model at set-up and keeps it."""
+        :mod:`fedkit_core.engines.pool`); else it builds its model at set-up and keeps it.
+
+        The process that holds clients trains them: its freed memory is kept for the next
+        step (:func:`~fedkit_core.allocator.keep_freed_memory`, once per process)."""
+        keep_freed_memory()
         self.plugins = plugins
         self.shared = shared
         self.pool = pool
