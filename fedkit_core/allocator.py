@@ -41,14 +41,17 @@ USER_SETTINGS = (
 )
 
 
+def on_glibc() -> bool:
+    """Whether this process runs on Linux with glibc, whose ``malloc`` this module tunes."""
+    return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+
+
 @functools.cache
 def keep_freed_memory() -> bool:
     """Set this process's malloc thresholds as the module docstring says (once per
     process; forked children inherit them). True when they were set; False on a system
     without glibc or where the environment already sets them."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    if any(name in os.environ for name in USER_SETTINGS):
+    if not on_glibc() or any(name in os.environ for name in USER_SETTINGS):
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt

@@ -5,18 +5,14 @@ are per process, and the test process's own must stay as they are."""
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 import sys
 
 import pytest
 
-from fedkit_core.allocator import USER_SETTINGS
+from fedkit_core.allocator import USER_SETTINGS, on_glibc
 
-pytestmark = pytest.mark.skipif(
-    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
-    reason="glibc's malloc settings (Linux)",
-)
+pytestmark = pytest.mark.skipif(not on_glibc(), reason="glibc's malloc settings (Linux)")
 
 #: a step's worth of activations (MiB) allocated, then freed, 20 times; prints the process's
 #: minor page faults over the loop
