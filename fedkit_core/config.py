@@ -87,6 +87,16 @@ CORE_OPTIONS: tuple[Option, ...] = (
         choices=("improved", "every"),
     ),
     Option(
+        "eval_with_fit",
+        str,
+        "auto",
+        "send a round's evaluation with the next round's fit messages: one round trip per "
+        "round instead of two, same results (only where evaluation depends on the global "
+        "model alone: no active plugin, no private model state; the last round evaluates on "
+        "its own); auto: when deployed, where every round trip crosses the network",
+        choices=("auto", "on", "off"),
+    ),
+    Option(
         "evaluation",
         str,
         "auto",

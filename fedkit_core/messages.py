@@ -75,6 +75,37 @@ class Payload:
 Reply = Payload
 
 
+def enclose(message: Message, inner: Message, prefix: str) -> Message:
+    """``message`` also carrying ``inner``'s arrays and scalars, their names under ``prefix``:
+    two messages in one round trip (see :func:`take_out`)."""
+    return Message(
+        message.kind,
+        {**message.arrays, **{prefix + k: v for k, v in inner.arrays.items()}},
+        {**message.scalars, **{prefix + k: v for k, v in inner.scalars.items()}},
+    )
+
+
+def take_out(message: Message, prefix: str, kind: str) -> tuple[Message, Message]:
+    """``message`` without the entries named under ``prefix``, and those entries (names
+    without it) as a message of ``kind``: what :func:`enclose` put together. A failed
+    ``message`` gives two failed messages."""
+    if message.error is not None:
+        inner = Message(kind, error=message.error, exception=message.exception)
+        return message, inner
+    n = len(prefix)
+    outer = Message(
+        message.kind,
+        {k: v for k, v in message.arrays.items() if not k.startswith(prefix)},
+        {k: v for k, v in message.scalars.items() if not k.startswith(prefix)},
+    )
+    inner = Message(
+        kind,
+        {k[n:]: v for k, v in message.arrays.items() if k.startswith(prefix)},
+        {k[n:]: v for k, v in message.scalars.items() if k.startswith(prefix)},
+    )
+    return outer, inner
+
+
 def message_bytes(message: Message) -> int:
     """The size of a message's content as serialised: every array's data plus every scalar
     (8 bytes a number, the UTF-8 length of a string) plus the names of both."""

@@ -20,7 +20,15 @@ from fedkit_core.config import Config
 from fedkit_core.devices import input_layout, joined, place_model
 from fedkit_core.engines.context import ClientContext, ServerContext, derive_seed
 from fedkit_core.errors import FedkitError
-from fedkit_core.messages import Message, Payload, Reply, check_arrays, check_scalars
+from fedkit_core.messages import (
+    Message,
+    Payload,
+    Reply,
+    check_arrays,
+    check_scalars,
+    enclose,
+    take_out,
+)
 from fedkit_core.metrics.segmentation import per_sample_dice
 from fedkit_core.metrics.statistics import classification_stats, segmentation_stats
 from fedkit_core.models.fedmodel import FedModel
@@ -32,6 +40,10 @@ if TYPE_CHECKING:
 
 #: prefix of the plugin entries (``fedkit_configure_fit``) in a fit message
 PAYLOAD = "payload/"
+#: prefix of a previous round's evaluation that travels with a fit message and its reply
+#: (``eval_with_fit``: the scalars of the ``evaluate`` message of the global arrays the fit
+#: message carries; in the reply, the evaluation's reply)
+EVALUATION = "evaluate/"
 #: the setup reply's array of training class counts (sent only when shot groups need them)
 CLASS_COUNTS = "class_counts"
 
@@ -145,7 +157,17 @@ class ClientRuntime:
     # ------------------------------------------------------------------ fit
 
     def fit(self, message: Message) -> Message:
-        """Load the global arrays, train locally, return the shared arrays and scalars."""
+        """Load the global arrays, train locally, return the shared arrays and scalars. A
+        previous round's evaluation sent along (:data:`EVALUATION`, of the global arrays
+        this message carries) is done first and its reply goes back with the fit's."""
+        message, evaluation = take_out(message, EVALUATION, "evaluate")
+        if not evaluation.scalars:
+            return self._fit(message)
+        state = {k: v for k, v in message.arrays.items() if not k.startswith(PAYLOAD)}
+        scored = self.evaluate(Message("evaluate", state, evaluation.scalars))
+        return enclose(self._fit(message), scored, EVALUATION)
+
+    def _fit(self, message: Message) -> Message:
         self.live()
         ctx, model = self.ctx, self.ctx.model
         round_, lr = int(message.scalars["round"]), float(message.scalars["lr"])

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.engines.client import CLASS_COUNTS, PAYLOAD, build_model
+from fedkit_core.engines.client import CLASS_COUNTS, EVALUATION, PAYLOAD, build_model
 from fedkit_core.engines.context import ServerContext, derive_seed
 from fedkit_core.errors import ClientFailure, FedkitError
 from fedkit_core.messages import (
@@ -30,7 +30,9 @@ from fedkit_core.messages import (
     Update,
     check_arrays,
     check_scalars,
+    enclose,
     message_bytes,
+    take_out,
 )
 from fedkit_core.metrics.fairness import fairness
 from fedkit_core.metrics.statistics import add_stats
@@ -127,6 +129,14 @@ class Server:
         #: ``eval_test=improved`` with :attr:`global_only`: the round best on validation so
         #: far and its global state, whose test split is scored in the last round if needed
         self.best_state: dict[str, Any] | None = None
+        #: whether a round's evaluation may travel with the next round's fit messages
+        #: (``eval_with_fit``; only with :attr:`global_only`, set up by :meth:`setup`)
+        self.eval_with_fit = config["eval_with_fit"] == "on" or (
+            config["eval_with_fit"] == "auto" and deployed
+        )
+        #: the record of the last round while its evaluation waits for the next round's
+        #: messages (see :meth:`run`)
+        self.pending: dict[str, Any] | None = None
 
     @property
     def hook(self) -> Any:
@@ -160,6 +170,7 @@ class Server:
         model = build_model(self.plugins, self.ctx)
         self.ctx.global_state = model.shared_state()
         self.global_only = not self.plugins.active and not model.private_state()
+        self.eval_with_fit = self.eval_with_fit and self.global_only
 
     def setup_clients(self, transport: Transport, ids: Iterable[str]) -> None:
         """Send the server priors; with ``task.shot_thresholds`` set, the clients' training
@@ -177,27 +188,52 @@ class Server:
     # ------------------------------------------------------------------ rounds
 
     def run(self, transport: Transport, on_round: Callable[[Server], None] | None = None) -> None:
-        """Run rounds ``next_round .. rounds``; ``on_round`` is called after each (checkpoints)."""
+        """Run rounds ``next_round .. rounds``; ``on_round`` is called after each (checkpoints).
+
+        With :attr:`eval_with_fit`, a round's evaluation goes to the clients with the next
+        round's fit messages (one exchange instead of two; a client evaluates the global
+        model before it trains on it, so the scores are the same), and the round is
+        complete (recorded, checkpointed, reported) once those replies are in, before the
+        next round aggregates. The last round evaluates on its own."""
         total = self.config["rounds"]
         self.observer.on_start(total, self.next_round)
         while self.next_round <= total:
             start = time.perf_counter()
-            record = self.run_round(transport, self.next_round)
+            record = self.run_round(transport, self.next_round, on_round)
             record["seconds"] = round(time.perf_counter() - start, 3)
             self.seconds += record["seconds"]
-            self.records.append(record)
             self.next_round += 1
-            if on_round is not None:
-                on_round(self)
-            self.observer.on_round_end(record)
+            if record is not self.pending:
+                self._complete(record, on_round)
 
-    def run_round(self, transport: Transport, rnd: int) -> dict[str, Any]:
+    def _complete(self, record: dict[str, Any], on_round: Callable[[Server], None] | None) -> None:
+        """Keep a round's finished ``record``, checkpoint and report it."""
+        self.records.append(record)
+        if on_round is not None:
+            on_round(self)
+        self.observer.on_round_end(record)
+
+    def run_round(
+        self,
+        transport: Transport,
+        rnd: int,
+        on_round: Callable[[Server], None] | None = None,
+    ) -> dict[str, Any]:
+        """Train, aggregate and evaluate round ``rnd``; its record. A previous round's
+        pending evaluation (:attr:`pending`) travels with the fit messages and that round
+        is completed (``on_round``) before this one aggregates."""
         ctx, cfg = self.ctx, self.config
         ctx.round = rnd
         sampled = sample_clients(self.client_ids, cfg["sample_fraction"], cfg["seed"], rnd)
         self.observer.on_phase(rnd, "train", 0, len(sampled))
         self.traffic = {}
-        replies = self.send(transport, {cid: self._fit_message(cid, rnd) for cid in sampled})
+        messages = {cid: self._fit_message(cid, rnd) for cid in sampled}
+        pending, self.pending = self.pending, None
+        if pending is None:
+            replies = self.send(transport, messages)
+        else:
+            replies = self._fit_and_evaluate(transport, messages, pending)
+            self._complete(pending, on_round)
         ok = self._failures("fit", rnd, replies, required=self._required(len(sampled)))
         updates = [Update(cid, replies[cid].arrays, replies[cid].scalars) for cid in ok]
         new_state = self.hook.fedkit_aggregate(
@@ -215,11 +251,40 @@ class Server:
             "global": {},
             "clients": {},
         }
-        if rnd % cfg["eval_every"] == 0 or rnd == cfg["rounds"]:
+        record["bytes"] = self.traffic
+        if rnd == cfg["rounds"] or (rnd % cfg["eval_every"] == 0 and not self.eval_with_fit):
             self.observer.on_phase(rnd, "evaluate", 0, len(self.client_ids))
             record.update(self.evaluate(transport, rnd))
-        record["bytes"] = self.traffic
+        elif rnd % cfg["eval_every"] == 0:
+            self.pending = record
         return record
+
+    def _fit_and_evaluate(
+        self, transport: Transport, messages: dict[str, Message], pending: dict[str, Any]
+    ) -> dict[str, Message]:
+        """Send the fit ``messages`` with the evaluation of the ``pending`` round (of the
+        global state they carry) to every client: sampled clients get it inside their fit
+        message, the others on its own. Records the evaluation in ``pending``; returns the
+        fit replies."""
+        rnd = pending["round"]
+        splits = self._splits(rnd)
+        evaluation = self._evaluation_message(rnd, splits, self.ctx.global_state)
+        asked = Message("evaluate", scalars=evaluation.scalars)  # the fit carries the state
+        combined = {
+            cid: enclose(messages[cid], asked, EVALUATION) if cid in messages else evaluation
+            for cid in self.client_ids
+        }
+        replies = self.send(transport, combined)
+        fits: dict[str, Message] = {}
+        evaluations: dict[str, Message] = {}
+        for cid, reply in replies.items():
+            if cid in messages:
+                fits[cid], evaluations[cid] = take_out(reply, EVALUATION, "evaluate")
+            else:
+                evaluations[cid] = reply
+        arrays, served = self._evaluation_results(rnd, evaluations)
+        pending.update(self._evaluated(transport, rnd, splits, arrays, served))
+        return fits
 
     def _fit_message(self, cid: str, rnd: int) -> Message:
         """The global state and round settings, plus what plugins send this client."""
@@ -305,15 +370,33 @@ class Server:
         depends on the global model alone, which is kept (:attr:`best_state`) and tested in
         the last round only if no later round did better (its record gets the test scopes
         then), so a run tests the test split once or twice."""
+        splits = self._splits(rnd)
+        arrays, served = self._evaluate(transport, rnd, splits, self.ctx.global_state)
+        return self._evaluated(transport, rnd, splits, arrays, served)
+
+    def _splits(self, rnd: int) -> str:
+        """The splits round ``rnd`` evaluates first: validation, and test where
+        ``eval_test`` asks for it in every evaluated round, and in the last round."""
+        if self.config["eval_test"] == "every" or rnd == self.config["rounds"]:
+            return "val,test"
+        return "val"
+
+    def _evaluated(
+        self,
+        transport: Transport,
+        rnd: int,
+        splits: str,
+        arrays: dict[str, dict[str, np.ndarray]],
+        served: dict[str, str],
+    ) -> dict[str, Any]:
+        """The evaluation entries of round ``rnd``'s record from the clients' replies for
+        ``splits`` (see :meth:`evaluate`); asks for the test split where it must."""
         every = self.config["eval_test"] == "every"
-        if every or rnd == self.config["rounds"]:
-            arrays, served = self._evaluate(transport, rnd, "val,test", self.ctx.global_state)
-            val = self._scopes(arrays, served, "val")
+        val = self._scopes(arrays, served, "val")
+        if "test" in splits.split(","):
             if not every and not self._improves(rnd, val):
                 self._test_kept_best(transport, rnd, val)
         else:
-            arrays, served = self._evaluate(transport, rnd, "val", self.ctx.global_state)
-            val = self._scopes(arrays, served, "val")
             if not self._improves(rnd, val):
                 return {"evaluated": ["val"], "val": val}
             if self.global_only:
@@ -340,12 +423,17 @@ class Server:
     ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, str]]:
         """Send every client an ``evaluate`` message of the global ``state`` of round
         ``rnd`` for ``splits``; the replies' arrays and the view that scores each client."""
-        message = Message(
-            "evaluate",
-            state,
-            {"round": rnd, "splits": splits, "mode": self.evaluation},
-        )
+        message = self._evaluation_message(rnd, splits, state)
         replies = self.send(transport, {cid: message for cid in self.client_ids})
+        return self._evaluation_results(rnd, replies)
+
+    def _evaluation_message(self, rnd: int, splits: str, state: Arrays) -> Message:
+        return Message("evaluate", state, {"round": rnd, "splits": splits, "mode": self.evaluation})
+
+    def _evaluation_results(
+        self, rnd: int, replies: dict[str, Message]
+    ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, str]]:
+        """The arrays of every client's evaluation reply and the view that scores it."""
         ok = self._failures("evaluate", rnd, replies, required=self._required(len(self.client_ids)))
         served = {cid: str(replies[cid].scalars["view"]) for cid in ok}
         arrays = {cid: {k: v.numpy() for k, v in replies[cid].arrays.items()} for cid in ok}
