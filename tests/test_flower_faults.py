@@ -137,64 +137,77 @@ def test_ray_workers_that_exit_or_hang_fail_alone_and_retries_heal_them(faults, 
     assert_same_run(local, ray, tol=1e-5)
 
 
-def _deployed_call(monkeypatch, answer):
-    """What a deployed node's ClientApp replies when answering a message does ``answer``."""
+def _deployed_node(monkeypatch):
+    """A deployed node's ClientApp side whose client does what each message's ``do`` says
+    (``fine``: reply with its process id; ``hang``; ``die``) after setting its state, and a
+    function that sends it one message and returns the reply and the state after it."""
     from flwr.app import ConfigRecord, Context, RecordDict
     from flwr.app import Message as FlowerMessage
     from flwr.supercore.task_identity import TaskIdentity
 
     from fedkit_core.engines.flower import node
-    from fedkit_core.engines.flower.records import from_records
+    from fedkit_core.engines.flower.records import from_records, to_records
+    from fedkit_core.messages import Message
+
+    def answer(self, message_type, content, context):
+        do = content.config_records["do"]["do"]
+        context.state["kept"] = ConfigRecord({"v": {"fine": 2, "hang": 3, "die": 4}[do]})
+        if do == "hang":
+            time.sleep(60)
+        if do == "die":
+            os._exit(3)
+        assert float(torch.ones(1 << 20).mul_(2).sum()) == 2 << 20  # multi-threaded in the child
+        return to_records(Message("fit", scalars={"pid": os.getpid()}))
 
     monkeypatch.setattr(TaskIdentity, "_run_id", 1)  # as in a ClientApp process
     monkeypatch.setattr(TaskIdentity, "_node_id", 2)
     monkeypatch.setattr(TaskIdentity, "_task_id", 3)
-    monkeypatch.setattr(node.ClientSide, "_answer", lambda self, m, c: answer(m, c))
+    monkeypatch.setattr(node.ClientSide, "_answer_content", answer)
+    side = node.ClientSide(node.Source())
     config = json.dumps({"client_timeout": 2.0})
-    context = Context(
-        1, 2, {}, RecordDict({"kept": ConfigRecord({"v": 1})}), {"fedkit-config": config}
-    )
-    message = FlowerMessage(RecordDict(), dst_node_id=2, message_type="train")
-    reply = node.ClientSide(node.Source())(message, context)
-    return from_records(reply.content, "fit"), dict(context.state.config_records["kept"])
+
+    def send(do):
+        kept = RecordDict({"kept": ConfigRecord({"v": 1})})
+        context = Context(1, 2, {}, kept, {"fedkit-config": config})
+        content = RecordDict({"do": ConfigRecord({"do": do})})
+        message = FlowerMessage(content, dst_node_id=2, message_type="train")
+        reply = side(message, context)
+        return from_records(reply.content, "fit"), dict(context.state.config_records["kept"])
+
+    return side, send
 
 
 def test_a_deployed_node_answers_a_hung_or_exited_client_as_failed(monkeypatch):
-    """Each message runs in a forked child: its reply and state come back; a child that hangs
-    past client_timeout is killed, one that exits is noticed, and the state is kept."""
-    from flwr.app import ConfigRecord
-    from flwr.app import Message as FlowerMessage
-
-    from fedkit_core.engines.flower.records import to_records
-    from fedkit_core.messages import Message
-
-    def fine(message, context):
-        context.state["kept"] = ConfigRecord({"v": 2})
-        assert float(torch.ones(1 << 20).mul_(2).sum()) == 2 << 20  # multi-threaded in the child
-        return FlowerMessage(to_records(Message("fit", scalars={"loss": 0.5})), reply_to=message)
-
-    def hang(message, context):
-        context.state["kept"] = ConfigRecord({"v": 3})
-        time.sleep(60)
-
-    def die(message, context):
-        context.state["kept"] = ConfigRecord({"v": 4})
-        os._exit(3)
-
+    """Messages run in a forked child kept from one message to the next: its reply and
+    state come back; a child that hangs past client_timeout is killed, one that exits is
+    noticed, the state is kept, and the next message gets a new child."""
     threads = torch.get_num_threads()
     torch.set_num_threads(2)  # the parent has an OpenMP team (a warm node has used torch)
     torch.ones(1 << 20).mul_(2)
+    side, send = _deployed_node(monkeypatch)
     try:
-        reply, state = _deployed_call(monkeypatch, fine)
+        first, state = send("fine")
+        assert first.error is None and state == {"v": 2}
+        child = first.scalars["pid"]
+        assert child != os.getpid()
+        again, _ = send("fine")
+        assert again.scalars["pid"] == child  # the same child answers the next message
+        started = time.monotonic()
+        reply, state = send("hang")
+        assert reply.error == "no reply within 2 s (client_timeout)" and state == {"v": 1}
+        assert time.monotonic() - started < 30
+        after, state = send("fine")
+        assert after.error is None and state == {"v": 2}
+        assert after.scalars["pid"] != child  # a new child after the killed one
+        reply, state = send("die")
+        assert reply.error == "the client's process exited (status 3)" and state == {"v": 1}
+        last, _ = send("fine")
+        assert last.error is None
     finally:
         torch.set_num_threads(threads)
-    assert reply.error is None and reply.scalars == {"loss": 0.5} and state == {"v": 2}
-    started = time.monotonic()
-    reply, state = _deployed_call(monkeypatch, hang)
-    assert reply.error == "no reply within 2 s (client_timeout)" and state == {"v": 1}
-    assert time.monotonic() - started < 30
-    reply, state = _deployed_call(monkeypatch, die)
-    assert reply.error == "the client's process exited (status 3)" and state == {"v": 1}
+        if side.worker is not None:  # closing its requests ends the child
+            os.close(side.worker.requests)
+            os.waitpid(side.worker.pid, 0)
 
 
 def test_flower_timeout_is_gone_in_favour_of_client_timeout():

@@ -43,9 +43,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from flwr.app import ConfigRecord, Context
+from flwr.app import ConfigRecord, Context, RecordDict
 from flwr.app import Message as FlowerMessage
 from flwr.clientapp import ClientApp
 
@@ -73,6 +73,7 @@ PARTITION_KEY, DATA_PATH_KEY = "partition-id", "data-path"
 #: the scalar of the setup message that carries the server's task description
 TASK_KEY = "fedkit.task"
 SETUP, PRIORS, STATE = "fedkit.setup", "fedkit.priors", "fedkit.state"
+T = TypeVar("T")
 
 
 @dataclass
@@ -198,6 +199,7 @@ class ClientSide:
         self.federation_key: str | None = None
         self.federation: Federation | None = None
         self.clients: dict[tuple[int, int], NodeClient] = {}
+        self.worker: _Worker | None = None  # a deployed node's child process
 
     def __getstate__(self) -> dict[str, Any]:  # sent to Ray workers: the source only
         return {"source": self.source}
@@ -218,61 +220,48 @@ class ClientSide:
         return self._answer(message, context)
 
     def _in_child(self, message: FlowerMessage, context: Context) -> FlowerMessage:
-        """Answer ``message`` in a forked child process, so that a client that hangs past
-        ``client_timeout`` (killed) or whose process exits gets a failed reply at once,
-        and the node's context keeps the state from before the message."""
+        """Answer ``message`` in this node's :class:`_Worker` (a forked child process), so
+        that a client that hangs past ``client_timeout`` (killed) or whose process exits
+        gets a failed reply at once, and the node's context keeps the state from before the
+        message; the next message starts a new worker."""
         timeout = self.source.config_for(context).get("client_timeout")
-        try:  # the node's data and client, kept by a long-lived process (a warm SuperNode)
-            with self.lock:
-                client = self.client(context)
-                if SETUP in context.state:
-                    client.current(context)  # built once, then brought to the context's state
-        except Exception:  # noqa: BLE001 - the child meets it again and replies with it
-            pass
-        read, write = os.pipe()
-        # the child's garbage collector leaves the parent's objects alone: a collection
-        # would write to every page of the parent's heap (copy on write: 0.5 s of CPU)
-        gc.freeze()
-        pid = os.fork()
-        if pid == 0:  # the child: answer, send the reply and the context's state, leave
-            code = 1
-            try:
-                os.close(read)
-                reply = _in_fresh_thread(lambda: self._answer(message, context))
-                with os.fdopen(write, "wb") as pipe:
-                    pickle.dump((reply.content, context.state), pipe)
-                code = 0
-            finally:  # never back into the parent's code, whatever happened
-                os._exit(code)
-        gc.unfreeze()
-        os.close(write)
-        data, missed = _read_all(read, timeout)
-        if missed:
-            os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
-        error = None
-        if missed:
-            error = f"no reply within {timeout:g} s (client_timeout)"
-        elif not data:
-            error = f"the client's process exited (status {os.waitstatus_to_exitcode(status)})"
+        if self.worker is None:
+            try:  # the node's data and client, inherited by the worker
+                with self.lock:
+                    client = self.client(context)
+                    if SETUP in context.state:
+                        client.current(context)  # built once, then brought to the context's state
+            except Exception:  # noqa: BLE001 - the worker meets it again and replies with it
+                pass
+            self.worker = _Worker(self._answer_content)
+        request = (message.metadata.message_type, message.content, context)
+        data, error = self.worker.ask(request, timeout)
         if error is not None:
+            self.worker = None
             failed = Message(kind_of(message.metadata.message_type), error=error)
             return FlowerMessage(to_records(failed), reply_to=message)
         content, context.state = pickle.loads(data)
         return FlowerMessage(content, reply_to=message)
 
     def _answer(self, message: FlowerMessage, context: Context) -> FlowerMessage:
+        content = self._answer_content(message.metadata.message_type, message.content, context)
+        return FlowerMessage(content, reply_to=message)
+
+    def _answer_content(
+        self, message_type: str, content: RecordDict, context: Context
+    ) -> RecordDict:
+        """The content of the reply to a message of ``message_type`` and ``content``."""
         kind = "query"
-        packed = PACKED in message.content.config_records  # a deployed server packs arrays
+        packed = PACKED in content.config_records  # a deployed server packs arrays
         try:
-            kind = kind_of(message.metadata.message_type)
+            kind = kind_of(message_type)
             with self.lock:
-                reply = self.handle(kind, from_records(unpack(message.content), kind), context)
+                reply = self.handle(kind, from_records(unpack(content), kind), context)
         except (Exception, SystemExit) as err:  # reported; the server decides if the run goes on
             reply = Message(kind, error=failure_text(err), exception=err)
             self.clients.pop((context.run_id, context.node_id), None)  # rebuilt from the context
-        content = to_records(reply)
-        return FlowerMessage(pack(content) if packed else content, reply_to=message)
+        records = to_records(reply)
+        return pack(records) if packed else records
 
     def handle(self, kind: str, message: Message, context: Context) -> Message:
         client = self.client(context)
@@ -305,23 +294,107 @@ class ClientSide:
         return self.clients[node]
 
 
-def _read_all(fd: int, timeout: float | None) -> tuple[bytes, bool]:
-    """Everything written to pipe ``fd`` until it closes; and whether ``timeout`` passed
-    first."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    chunks = []
-    with os.fdopen(fd, "rb", buffering=0) as pipe:
-        while True:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return b"", True
-            ready, _, _ = select.select([pipe], [], [], left)
-            if not ready:
-                continue
-            chunk = pipe.read(1 << 20)
-            if not chunk:
-                return b"".join(chunks), False
-            chunks.append(chunk)
+class _Worker:
+    """A forked child of a deployed ClientApp process that answers the node's messages one
+    after another, for as long as it answers them in time.
+
+    It inherits the node's data and client from its parent and keeps its client (and the
+    memory its training steps use) from one message to the next, so a message costs
+    neither a fork nor a restore of the client from the node's context (each fork cost
+    twice the CPU of the client's work: the copy-on-write faults of a fresh process). It
+    is killed when it misses ``client_timeout``; one whose process exits is noticed at
+    once. Requests (message type, content, context) and replies (reply content, context
+    state) pass pickled through two pipes, each preceded by its length."""
+
+    def __init__(self, answer: Callable[[str, RecordDict, Context], RecordDict]):
+        requests_read, requests_write = os.pipe()
+        replies_read, replies_write = os.pipe()
+        # the child's garbage collector leaves the parent's objects alone: a collection
+        # would write to every page of the parent's heap (copy on write: 0.5 s of CPU)
+        gc.freeze()
+        pid = os.fork()
+        if pid == 0:  # the child: answer until the parent closes the requests, then leave
+            code = 1
+            try:
+                os.close(requests_write)
+                os.close(replies_read)
+                _in_fresh_thread(lambda: _serve(requests_read, replies_write, answer))
+                code = 0
+            finally:  # never back into the parent's code, whatever happened
+                os._exit(code)
+        gc.unfreeze()
+        os.close(requests_read)
+        os.close(replies_write)
+        self.pid = pid
+        self.requests = requests_write
+        self.replies = replies_read
+
+    def ask(self, request: tuple[Any, ...], timeout: float | None) -> tuple[bytes, str | None]:
+        """The pickled reply to ``request``; or an error text (the worker is then gone)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            _write_frame(self.requests, pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
+            data = _read_frame(self.replies, deadline)
+        except BrokenPipeError:
+            data = b""
+        if data:
+            return data, None
+        if data is None:
+            os.kill(self.pid, signal.SIGKILL)
+        _, status = os.waitpid(self.pid, 0)
+        os.close(self.requests)
+        os.close(self.replies)
+        if data is None:
+            return b"", f"no reply within {timeout:g} s (client_timeout)"
+        return b"", f"the client's process exited (status {os.waitstatus_to_exitcode(status)})"
+
+
+def _serve(
+    requests: int, replies: int, answer: Callable[[str, RecordDict, Context], RecordDict]
+) -> None:
+    """The worker's loop: answer each request until the parent is gone."""
+    while True:
+        data = _read_frame(requests, None)
+        if not data:
+            return
+        message_type, content, context = pickle.loads(data)
+        reply = answer(message_type, content, context)
+        _write_frame(replies, pickle.dumps((reply, context.state), pickle.HIGHEST_PROTOCOL))
+
+
+_HEADER = 8  # bytes of a frame's length
+
+
+def _write_frame(fd: int, data: bytes) -> None:
+    view = memoryview(len(data).to_bytes(_HEADER, "little") + data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_frame(fd: int, deadline: float | None) -> bytes | None:
+    """One frame from pipe ``fd``: its bytes, b"" when the pipe closed first, None when
+    ``deadline`` (time.monotonic) passed first."""
+    header = _read_exactly(fd, _HEADER, deadline)
+    if not header:
+        return header
+    return _read_exactly(fd, int.from_bytes(header, "little"), deadline)
+
+
+def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        wait = None if deadline is None else deadline - time.monotonic()
+        if wait is not None and wait <= 0:
+            return None
+        ready, _, _ = select.select([fd], [], [], wait)
+        if not ready:
+            continue
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return b""
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def make_client_app(source: Source | None = None) -> ClientApp:
@@ -337,12 +410,12 @@ def make_client_app(source: Source | None = None) -> ClientApp:
     return app
 
 
-def _in_fresh_thread(answer: Callable[[], FlowerMessage]) -> FlowerMessage:
+def _in_fresh_thread(answer: Callable[[], T]) -> T:
     """``answer()`` computed in a new thread of a forked child. GNU OpenMP (torch's intra-op
     threads) keeps its thread team per thread and is not fork-safe: the child's main thread
     inherits the parent's team, whose threads do not exist in the child, and hangs in its
     first multi-threaded operation; a new thread starts a team of its own."""
-    box: list[FlowerMessage] = []
+    box: list[T] = []
     worker = threading.Thread(target=lambda: box.append(answer()), daemon=True)
     worker.start()
     worker.join()
