@@ -7,7 +7,8 @@ load that changes over time hits every variant alike). Printed per variant:
 * seconds per round: the median of the rounds' ``seconds`` in results.json after the first,
   over all repeats (training, aggregation and evaluation of one round, measured by the
   fedkit Server alike everywhere; start-up, e.g. Ray or the SuperNodes, and the first
-  round's one-off imports are excluded) and its ratio to the local engine's;
+  round's one-off imports are excluded) and its ratio to the local engine's; and their mean
+  (a deployed run's last round also evaluates on its own, see ``eval_with_fit``);
 * total wall time of the command (start-up included; median over the repeats);
 * peak memory: the largest sum of resident set sizes (RSS, from /proc) over the whole
   process tree of the variant (driver, Ray's processes, SuperLink, SuperNodes and their
@@ -24,8 +25,11 @@ when asked (``--plain``: Flower's own fresh ``flwr-clientapp`` process per messa
 another fedkit checkout (e.g. ``git worktree add --detach DIR main``), alternating with this
 one's, to measure a change before and after in one command under the same load.
 
+``--set KEY=VALUE`` (repeatable) sets a config key in every variant (e.g.
+``eval_with_fit=off``).
+
     python benchmarks/flower_overhead.py [--rounds 3] [--repeats 2] [--plugin fca]
-        [--skip-deploy] [--skip-simulation] [--plain] [--baseline DIR]
+        [--skip-deploy] [--skip-simulation] [--plain] [--baseline DIR] [--set KEY=VALUE]
 """
 
 from __future__ import annotations
@@ -122,14 +126,17 @@ def main() -> None:
     parser.add_argument(
         "--baseline", type=Path, help="also deploy with the fedkit checkout in this folder"
     )
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     env = checkout_env(ROOT)
     fedkit = [sys.executable, "-m", "fedkit_core.cli"]
     common = ["--config", str(JOB), "--rounds", str(args.rounds), "-q"]
     common += [flag for name in args.plugin for flag in ("--plugin", name)]
+    common += [flag for pair in args.set for flag in ("--set", pair)]
     script = ["bash", str(ROOT / "examples" / "flower" / "deploy_local.sh")]
     extra = ["--rounds", str(args.rounds), "-q"]
     extra += [flag for name in args.plugin for flag in ("--plugin", name)]
+    extra += [flag for pair in args.set for flag in ("--set", pair)]
     deploy_env = {**env, "PYTHON": sys.executable}
     # name -> (command before the output folder, command after it, environment, folder)
     variants: dict[str, tuple[list[str], list[str], dict[str, str], Path]] = {
@@ -178,20 +185,23 @@ def main() -> None:
     print(
         f"job: {JOB.name} ({job['task']['sites']} clients), {args.rounds} rounds, "
         f"plugins {args.plugin or ['fedavg']}, {args.repeats} repeats alternating"
+        + "".join(f", {pair}" for pair in args.set)
     )
     print(
-        f"{'engine':44} {'s/round':>8} {'ratio':>7} {'wall s':>8} {'peak MiB':>9} "
-        f"{'final acc':>9}  load avg"
+        f"{'engine':44} {'s/round':>8} {'ratio':>7} {'mean':>6} {'ratio':>6} {'wall s':>7} "
+        f"{'peak MiB':>9} {'final acc':>9}  load avg"
     )
+    base_mean = statistics.fmean(s for r in runs["local"] for s in r[0])
     for name, done in runs.items():
         seconds = statistics.median(s for r in done for s in r[0])
+        mean = statistics.fmean(s for r in done for s in r[0])
         wall = statistics.median(r[1] for r in done)
         peak = max(r[2] for r in done)
         accuracy = ",".join(sorted({f"{r[3]:.4f}" for r in done}))
         loads = [x for r in done for x in r[4:]]
         print(
-            f"{name:44} {seconds:8.2f} {seconds / base:7.2f} {wall:8.1f} {peak / 2**20:9.0f} "
-            f"{accuracy:>9}  {min(loads):.1f}-{max(loads):.1f}"
+            f"{name:44} {seconds:8.2f} {seconds / base:7.2f} {mean:6.2f} {mean / base_mean:6.2f} "
+            f"{wall:7.1f} {peak / 2**20:9.0f} {accuracy:>9}  {min(loads):.1f}-{max(loads):.1f}"
         )
 
 
