@@ -30,16 +30,16 @@ def test_the_pacer_wakes_the_executor_and_backs_off_only_while_idle():
     pacer.pause = 0.01
     pacer.sleep(3)  # idle: the pause, then a longer one next time
     assert pacer.pause == 0.01 * 1.5
-    assert pull() == 7  # a message: the executor is told, the next idle poll comes fast
+    assert pull() == 7  # a message: the executor is told, the next idle poll comes soon
     assert os.read(task_read, 10) == b"!"
-    assert pacer.pause == warm.FIRST_POLL and not pacer.idle
+    assert pacer.pause == warm.ACTIVE_POLL and not pacer.idle
     warm._signal(reply_write)  # the executor pushed its reply: the loop's wait ends at once
     start = time.monotonic()
     pacer.sleep(0.5)
     assert time.monotonic() - start < 0.4
     assert pull() is None and pacer.idle
     pacer.sleep(3)
-    assert pacer.pause == warm.FIRST_POLL * 1.5
+    assert pacer.pause == warm.ACTIVE_POLL  # while the run is likely to send more
     for fd in (reply_read, reply_write, task_read, task_write):
         os.close(fd)
 

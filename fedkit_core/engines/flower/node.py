@@ -17,9 +17,11 @@ setup message resumes a run.
 A process keeps the clients it built in memory and reloads a client's state only when the
 context holds a newer version, so a worker that serves a node repeatedly pays nothing.
 
-On a deployed node each message is answered in a forked child of the ClientApp process: a
-client that misses ``client_timeout`` is killed, one whose process exits is noticed at once,
-and either way the node replies "failed" with its context as before the message. A deployed
+On a deployed node the messages are answered in a forked child of the ClientApp process,
+kept from one message to the next (:class:`_Worker`): a client that misses
+``client_timeout`` is killed, one whose process exits is noticed at once, and either way the
+node replies "failed" with its context as before the message and the next message gets a
+new child. A deployed
 server sends each message's content packed in one Flower record (:mod:`.packing`); the
 node answers a packed message packed.
 

@@ -38,8 +38,8 @@ from fedkit_core.tasks.base import TaskInfo
 #: polling) before the server stops waiting for it; the node enforces the timeout itself
 DELIVERY_SLACK = 15.0
 #: the longest wait between two pulls of replies from an in-memory (simulation) or a remote
-#: (deployed) SuperLink
-SIMULATION_PAUSE, DEPLOYED_PAUSE = 0.05, 0.05
+#: (deployed) SuperLink; a simulation's first wait is shorter (its pulls cost little)
+SIMULATION_PAUSE, DEPLOYED_PAUSE, FIRST_PAUSE = 0.05, 0.05, 0.01
 
 
 class FlowerTransport:
@@ -55,7 +55,8 @@ class FlowerTransport:
     is reported gone); the per-client ``client_timeout`` is enforced where the client runs
     (the simulation backends, a deployed node's executor), since a simulation may serve its
     clients one after another. ``max_pause``: the longest wait between two pulls of replies
-    (a simulation's SuperLink is in memory and cheap to poll; a deployed one is remote).
+    (a simulation's SuperLink is in memory and cheap to poll; a deployed one is remote), and
+    ``first_pause`` the first (each next one 1.5 times longer).
     """
 
     def __init__(
@@ -66,9 +67,11 @@ class FlowerTransport:
         retries: int = 0,
         max_pause: float = 0.5,
         packed: bool = False,
+        first_pause: float = FIRST_PAUSE,
     ):
         self.grid = grid
         self.max_pause = max_pause
+        self.first_pause = min(first_pause, max_pause)
         self.observer = observer
         self.deadline = deadline
         self.retries = retries
@@ -131,12 +134,12 @@ class FlowerTransport:
 
     def _collect(self, outgoing: list[FlowerMessage]) -> dict[str, FlowerMessage]:
         """Push ``outgoing`` and pull the replies, by the id of the message they answer,
-        until all came or the deadline passed. Polls fast, then backs off (0.01 s to
-        ``max_pause``): a reply is seen soon after it arrives without loading the SuperLink."""
+        until all came or the deadline passed. Polls after ``first_pause``, backing off to
+        ``max_pause``: a reply is seen soon after it arrives without loading the SuperLink."""
         ids = {str(mid) for mid in self.grid.push_messages(outgoing) if mid}
         stop = None if self.deadline is None else time.monotonic() + self.deadline
         received: dict[str, FlowerMessage] = {}
-        pause = 0.01
+        pause = self.first_pause
         while ids:
             # by the message answered: Flower's own error replies (node gone, message
             # expired) come from the SuperLink, not from the node
@@ -235,8 +238,16 @@ def serve(
     # after another); deployed nodes run side by side, so the server bounds each message too
     deadline = timeout + DELIVERY_SLACK if deployed and timeout is not None else None
     pause = SIMULATION_PAUSE if not deployed else DEPLOYED_PAUSE
+    # a deployed client's reply takes a round trip through the SuperLink and its node, and
+    # every pull costs the SuperLink an HTTPS request: no faster pulls than the longest
     transport = FlowerTransport(
-        grid, observer, deadline, cfg["client_retries"], max_pause=pause, packed=deployed
+        grid,
+        observer,
+        deadline,
+        cfg["client_retries"],
+        max_pause=pause,
+        packed=deployed,
+        first_pause=pause if deployed else FIRST_PAUSE,
     )
     task = describe(transport, wait_for_nodes(grid, nodes, opts["wait"]))
     server = Server(cfg, plugin_set, task, pick_device(cfg["device"]), observer, deployed)

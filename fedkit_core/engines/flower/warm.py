@@ -9,15 +9,15 @@ its SuperNode, SuperExec and ServerApp poll each other every 0.5 to 3 s. A warm 
   SuperNode's Runtime API and runs each ClientApp call in itself, with Flower's own
   functions (pull the task, load the app, push the reply and the context): imports, the
   data and the ClientApp stay loaded from one message to the next;
-* keeps a misbehaving client from taking the executor down: fedkit's ClientApp answers each
-  message in a forked child (:mod:`.node`), killed when it misses ``client_timeout``;
+* keeps a misbehaving client from taking the executor down: fedkit's ClientApp answers the
+  messages in a forked child kept between messages (:mod:`.node`), killed when it misses
+  ``client_timeout`` and replaced for the next message;
 * replaces polling on the node by wake-ups: the SuperNode tells the executor through a pipe
   when it stored a message, and the executor tells the SuperNode when it pushed the reply
   (Flower: the SuperExec polls every 1 s, the SuperNode its reply store every 0.5 s);
-* polls the SuperLink fast right after a message and backs off while idle, from
-  :data:`FIRST_POLL` to :data:`ACTIVE_POLL` seconds during a run and to :data:`POLL`
-  between runs (Flower: every 3 s), so a node asks for the next message soon after a
-  round's phase without loading the SuperLink between runs;
+* polls the SuperLink every :data:`ACTIVE_POLL` seconds during a run and backs off to
+  :data:`POLL` between runs (Flower: every 3 s), so a node asks for the next message soon
+  after a round's phase without loading the SuperLink between runs;
 * retries an object of a message that is not all stored yet after :data:`OBJECT_RETRY`
   seconds (Flower: 1 s), here and in the ServerApp.
 
@@ -40,10 +40,11 @@ from typing import Any
 #: the longest pause between a SuperNode's polls of the SuperLink when idle (Flower: 3 s);
 #: ``FEDKIT_SUPERNODE_POLL`` changes it
 POLL = float(os.environ.get("FEDKIT_SUPERNODE_POLL", "1.0"))
-#: the first pause after a message; each idle poll waits 1.5 times longer, up to
-#: ACTIVE_POLL for ACTIVE seconds after the node's last message (a run's next message comes
-#: within a round), then up to POLL
-FIRST_POLL, ACTIVE_POLL, ACTIVE = 0.005, 0.05, 10.0
+#: the pause between polls for ACTIVE seconds after the node's last message (a run's next
+#: message comes within a round; it cannot come before every client has replied and the
+#: server has aggregated, so faster polls found nothing and loaded the SuperLink); then
+#: each idle poll waits 1.5 times longer, up to POLL
+ACTIVE_POLL, ACTIVE = 0.05, 10.0
 #: the longest wait without a wake-up: the executor's check for a gone SuperNode, and the
 #: SuperNode's for a reply
 SAFETY = 1.0
@@ -85,8 +86,8 @@ class Pacer:
     The loop pulls a message from the SuperLink, then waits (``time.sleep``) until the
     ClientApp's reply is in its store and sends it; with nothing to pull it sleeps 3 s.
     Here a pulled message wakes the executor at once, the wait for a reply ends when the
-    executor signals it, and an idle wait grows from :data:`FIRST_POLL` to
-    :data:`ACTIVE_POLL` while a run is likely to send more, then to :data:`POLL`.
+    executor signals it, and an idle wait is :data:`ACTIVE_POLL` while a run is likely to
+    send more, then grows to :data:`POLL`.
     """
 
     def __init__(self, reply_fd: int, task_fd: int):
@@ -102,7 +103,7 @@ class Pacer:
             run_id = pull(*args, **kwargs)
             self.idle = run_id is None
             if not self.idle:
-                self.pause = FIRST_POLL
+                self.pause = ACTIVE_POLL
                 self.last = time.monotonic()
                 _signal(self.task_fd)
             return run_id
