@@ -94,7 +94,7 @@ CORE_OPTIONS: tuple[Option, ...] = (
         "round instead of two, same results (only where evaluation depends on the global "
         "model alone: no active plugin, no private model state; the last round evaluates on "
         "its own); auto: when deployed, where every round trip crosses the network",
-        choices=("auto", "on", "off"),
+        choices=("auto", "true", "false"),
     ),
     Option(
         "evaluation",

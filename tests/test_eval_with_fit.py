@@ -34,10 +34,10 @@ def without_costs(results) -> list[dict]:
 
 
 def both(config: dict, **kwargs):
-    """The run evaluating on its own, the run with ``eval_with_fit=on``, and their phases."""
+    """The run evaluating on its own, the run with ``eval_with_fit=true``, and their phases."""
     off, on = Phases(), Phases()
-    apart = run({**config, "eval_with_fit": "off"}, observer=off, **kwargs)
-    along = run({**config, "eval_with_fit": "on"}, observer=on, **kwargs)
+    apart = run({**config, "eval_with_fit": False}, observer=off, **kwargs)
+    along = run({**config, "eval_with_fit": True}, observer=on, **kwargs)
     return apart, along, off, on
 
 
@@ -82,7 +82,7 @@ def test_auto_is_off_in_a_local_run():
 def test_an_interrupted_run_resumes_to_the_same_results(tmp_path):
     """Stopped once round 3 is complete (its evaluation came with round 4's fit, which the
     clients have done): the resumed run redoes round 4 from round 3's checkpoints."""
-    config = {**CONFIG, "eval_with_fit": "on", "checkpoint": True}
+    config = {**CONFIG, "eval_with_fit": True, "checkpoint": True}
     whole = run(config)
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
@@ -108,9 +108,9 @@ def failing_once(tmp_path, client: str, round: int):
 
 
 def test_a_retried_failure_gives_the_same_results(tmp_path, monkeypatch):
-    clean = run({**CONFIG, "eval_with_fit": "on"})
+    clean = run({**CONFIG, "eval_with_fit": True})
     monkeypatch.setattr(ClientRuntime, "_fit", failing_once(tmp_path, "site1", 3))
-    retried = run({**CONFIG, "eval_with_fit": "on", "client_retries": 1})
+    retried = run({**CONFIG, "eval_with_fit": True, "client_retries": 1})
     assert (tmp_path / "failed").exists()
     assert retried["events"] == []
     assert without_costs(retried) == without_costs(clean)
@@ -120,7 +120,7 @@ def test_a_dropped_client_misses_both_parts(tmp_path, monkeypatch):
     """A client whose combined message fails misses round 3's fit and round 2's
     evaluation; the run goes on with the others."""
     monkeypatch.setattr(ClientRuntime, "_fit", failing_once(tmp_path, "site1", 3))
-    results = run({**CONFIG, "eval_with_fit": "on", "min_clients": 1})
+    results = run({**CONFIG, "eval_with_fit": True, "min_clients": 1})
     assert [(e["round"], e["phase"], e["client"]) for e in results["events"]] == [
         (2, "evaluate", "site1"),
         (3, "fit", "site1"),
@@ -132,7 +132,7 @@ def test_a_dropped_client_misses_both_parts(tmp_path, monkeypatch):
 
 def test_on_flower_the_records_are_the_local_engine_s():
     pytest.importorskip("flwr")
-    config = {**CONFIG, "rounds": 3, "eval_with_fit": "on"}
+    config = {**CONFIG, "rounds": 3, "eval_with_fit": True}
     local = run(config)
     phases = Phases()
     flower = run({**config, "engine": "flower", "flower": {"backend": "thread"}}, observer=phases)
@@ -151,3 +151,6 @@ def _close(a: dict, b: dict) -> bool:
 def test_the_option_is_checked():
     with pytest.raises(FedkitError, match="eval_with_fit"):
         run(tiny(rounds=1, eval_with_fit="sometimes"))
+    phases = Phases()  # `--set eval_with_fit=true` (YAML reads a bool) and the text alike
+    run(tiny(rounds=2, eval_with_fit="true"), observer=phases)
+    assert phases.count("evaluate") == 1

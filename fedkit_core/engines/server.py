@@ -131,7 +131,7 @@ class Server:
         self.best_state: dict[str, Any] | None = None
         #: whether a round's evaluation may travel with the next round's fit messages
         #: (``eval_with_fit``; only with :attr:`global_only`, set up by :meth:`setup`)
-        self.eval_with_fit = config["eval_with_fit"] == "on" or (
+        self.eval_with_fit = config["eval_with_fit"] == "true" or (
             config["eval_with_fit"] == "auto" and deployed
         )
         #: the record of the last round while its evaluation waits for the next round's
