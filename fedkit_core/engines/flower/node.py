@@ -21,9 +21,8 @@ On a deployed node the messages are answered in a forked child of the ClientApp 
 kept from one message to the next (:class:`_Worker`): a client that misses
 ``client_timeout`` is killed, one whose process exits is noticed at once, and either way the
 node replies "failed" with its context as before the message and the next message gets a
-new child. A deployed
-server sends each message's content packed in one Flower record (:mod:`.packing`); the
-node answers a packed message packed.
+new child. A deployed server sends each message's content packed in one Flower record
+(:mod:`.packing`); the node answers a packed message packed.
 
 Which client a node serves: its node config's ``partition-id`` indexes the clients that
 fedkit's partition of the node's data yields (every node of a simulation, or nodes holding a
@@ -225,7 +224,7 @@ class ClientSide:
         """Answer ``message`` in this node's :class:`_Worker` (a forked child process), so
         that a client that hangs past ``client_timeout`` (killed) or whose process exits
         gets a failed reply at once, and the node's context keeps the state from before the
-        message; the next message starts a new worker."""
+        message; the message after such a failure starts a new worker."""
         timeout = self.source.config_for(context).get("client_timeout")
         if self.worker is None:
             try:  # the node's data and client, inherited by the worker
