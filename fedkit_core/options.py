@@ -82,8 +82,8 @@ class Option:
                 raise FedkitError(f"config key {key!r} must be a mapping, got {short_repr(value)}")
             result = dict(value)
         else:
-            if isinstance(value, bool) and self.type == "str" and _named(value, self.choices):
-                value = str(value).lower()  # `--set key=true`: YAML read the choice as a bool
+            if isinstance(value, bool) and self.type == "str":
+                value = _spelt(value, self.choices)  # `--set key=off`: YAML read a bool
             result = _coerce_scalar(value, _SCALARS[self.type], key)
         if self.choices is not None and result not in self.choices:
             raise FedkitError(
@@ -105,9 +105,15 @@ class Option:
         raise FedkitError(f"config key {key!r} must be {bound}, got {_number(value)}")
 
 
-def _named(value: bool, choices: Sequence[Any] | None) -> bool:
-    """Whether ``choices`` name the boolean ``value`` as text (``"true"``, ``"false"``)."""
-    return choices is not None and str(value).lower() in choices
+#: the words YAML 1.1 (config files, ``--set``) reads as a boolean
+_BOOLEAN_WORDS = {True: ("true", "yes", "on"), False: ("false", "no", "off")}
+
+
+def _spelt(value: bool, choices: Sequence[Any] | None) -> str | bool:
+    """The one choice that YAML may have read as the boolean ``value`` (``off`` as False,
+    ``true`` as True), else ``value`` itself."""
+    words = [w for w in _BOOLEAN_WORDS[value] if choices is not None and w in choices]
+    return words[0] if len(words) == 1 else value
 
 
 def _number(value: float) -> str:

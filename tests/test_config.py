@@ -86,6 +86,17 @@ def test_option_ranges_are_inclusive_and_checked_per_list_item():
     assert Option("n", int, None, min=1).coerce(None, "k") is None
 
 
+def test_a_choice_that_yaml_reads_as_a_boolean_is_taken_as_written():
+    """``--set fca.consistency=off`` and ``eval_with_fit=true`` reach the option as bools."""
+    assert Option("c", str, "paper", choices=("paper", "off")).coerce(False, "k") == "off"
+    assert Option("c", str, "auto", choices=("auto", "true", "false")).coerce(True, "k") == "true"
+    assert Option("c", str, "a", choices=("a", "yes", "no")).coerce(False, "k") == "no"
+    with pytest.raises(FedkitError, match="expects str, got True"):
+        Option("c", str, "paper", choices=("paper", "off")).coerce(True, "k")
+    cfg, _ = resolve_config([{"plugins": ["fca"]}, {"fca.consistency": False}])
+    assert cfg["fca.consistency"] == "off"
+
+
 def test_option_ranges_show_in_describe():
     assert Option("a", float, 0.5, min=0, max=1).describe() == "float in [0, 1]"
     assert Option("a", int, None, min=1).describe() == "int or null >= 1"
