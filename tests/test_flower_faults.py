@@ -205,8 +205,8 @@ def test_a_deployed_node_answers_a_hung_or_exited_client_as_failed(monkeypatch):
         assert last.error is None
     finally:
         torch.set_num_threads(threads)
-        if side.worker is not None:  # closing its requests ends the child
-            os.close(side.worker.requests)
+        if side.worker is not None:  # closing our end of the pipe ends the child
+            side.worker.conn.close()
             os.waitpid(side.worker.pid, 0)
 
 

@@ -35,14 +35,14 @@ from __future__ import annotations
 import copy
 import gc
 import json
+import multiprocessing
 import os
 import pickle
-import select
 import signal
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -305,97 +305,55 @@ class _Worker:
     twice the CPU of the client's work: the copy-on-write faults of a fresh process). It
     is killed when it misses ``client_timeout``; one whose process exits is noticed at
     once. Requests (message type, content, context) and replies (reply content, context
-    state) pass pickled through two pipes, each preceded by its length."""
+    state) pass pickled through a ``multiprocessing`` pipe."""
 
     def __init__(self, answer: Callable[[str, RecordDict, Context], RecordDict]):
-        requests_read, requests_write = os.pipe()
-        replies_read, replies_write = os.pipe()
+        ours, theirs = multiprocessing.Pipe()
         # the child's garbage collector leaves the parent's objects alone: a collection
         # would write to every page of the parent's heap (copy on write: 0.5 s of CPU)
         gc.freeze()
         pid = os.fork()
-        if pid == 0:  # the child: answer until the parent closes the requests, then leave
+        if pid == 0:  # the child: answer until the parent closes its end, then leave
             code = 1
             try:
-                os.close(requests_write)
-                os.close(replies_read)
-                _in_fresh_thread(lambda: _serve(requests_read, replies_write, answer))
+                ours.close()
+                _in_fresh_thread(lambda: _serve(theirs, answer))
                 code = 0
             finally:  # never back into the parent's code, whatever happened
                 os._exit(code)
         gc.unfreeze()
-        os.close(requests_read)
-        os.close(replies_write)
+        theirs.close()
         self.pid = pid
-        self.requests = requests_write
-        self.replies = replies_read
+        self.conn = ours
 
     def ask(self, request: tuple[Any, ...], timeout: float | None) -> tuple[bytes, str | None]:
         """The pickled reply to ``request``; or an error text (the worker is then gone)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        missed = False
         try:
-            _write_frame(self.requests, pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
-            data = _read_frame(self.replies, deadline)
-        except BrokenPipeError:
-            data = b""
-        if data:
-            return data, None
-        if data is None:
+            self.conn.send_bytes(pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
+            missed = not self.conn.poll(timeout)
+            if not missed:
+                return self.conn.recv_bytes(), None
+        except (EOFError, OSError):  # the child exited (OSError: a broken pipe)
+            pass
+        if missed:
             os.kill(self.pid, signal.SIGKILL)
         _, status = os.waitpid(self.pid, 0)
-        os.close(self.requests)
-        os.close(self.replies)
-        if data is None:
+        self.conn.close()
+        if missed:
             return b"", f"no reply within {timeout:g} s (client_timeout)"
         return b"", f"the client's process exited (status {os.waitstatus_to_exitcode(status)})"
 
 
-def _serve(
-    requests: int, replies: int, answer: Callable[[str, RecordDict, Context], RecordDict]
-) -> None:
+def _serve(conn: Connection, answer: Callable[[str, RecordDict, Context], RecordDict]) -> None:
     """The worker's loop: answer each request until the parent is gone."""
     while True:
-        data = _read_frame(requests, None)
-        if not data:
+        try:
+            message_type, content, context = pickle.loads(conn.recv_bytes())
+        except EOFError:
             return
-        message_type, content, context = pickle.loads(data)
         reply = answer(message_type, content, context)
-        _write_frame(replies, pickle.dumps((reply, context.state), pickle.HIGHEST_PROTOCOL))
-
-
-_HEADER = 8  # bytes of a frame's length
-
-
-def _write_frame(fd: int, data: bytes) -> None:
-    view = memoryview(len(data).to_bytes(_HEADER, "little") + data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _read_frame(fd: int, deadline: float | None) -> bytes | None:
-    """One frame from pipe ``fd``: its bytes, b"" when the pipe closed first, None when
-    ``deadline`` (time.monotonic) passed first."""
-    header = _read_exactly(fd, _HEADER, deadline)
-    if not header:
-        return header
-    return _read_exactly(fd, int.from_bytes(header, "little"), deadline)
-
-
-def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes | None:
-    chunks, left = [], size
-    while left:
-        wait = None if deadline is None else deadline - time.monotonic()
-        if wait is not None and wait <= 0:
-            return None
-        ready, _, _ = select.select([fd], [], [], wait)
-        if not ready:
-            continue
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            return b""
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+        conn.send_bytes(pickle.dumps((reply, context.state), pickle.HIGHEST_PROTOCOL))
 
 
 def make_client_app(source: Source | None = None) -> ClientApp:
