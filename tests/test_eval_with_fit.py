@@ -98,11 +98,11 @@ def failing_once(tmp_path, client: str, round: int):
     flag = tmp_path / "failed"
     fit = ClientRuntime._fit
 
-    def patched(self, message):
+    def patched(self, message, payload):
         if self.id == client and int(message.scalars["round"]) == round and not flag.exists():
             flag.touch()
             raise FedkitError(f"{client} lost its connection")
-        return fit(self, message)
+        return fit(self, message, payload)
 
     return patched
 

@@ -161,21 +161,22 @@ class ClientRuntime:
         previous round's evaluation sent along (:data:`EVALUATION`, of the global arrays
         this message carries) is done first and its reply goes back with the fit's."""
         message, evaluation = take_out(message, EVALUATION, "evaluate")
+        # the global arrays and the round's settings; the plugins' entries
+        message, payload = take_out(message, PAYLOAD, "fit")
         if not evaluation.scalars:
-            return self._fit(message)
-        state = {k: v for k, v in message.arrays.items() if not k.startswith(PAYLOAD)}
-        scored = self.evaluate(Message("evaluate", state, evaluation.scalars))
-        return enclose(self._fit(message), scored, EVALUATION)
+            return self._fit(message, payload)
+        scored = self.evaluate(Message("evaluate", message.arrays, evaluation.scalars))
+        return enclose(self._fit(message, payload), scored, EVALUATION)
 
-    def _fit(self, message: Message) -> Message:
+    def _fit(self, message: Message, payload: Message) -> Message:
         self.live()
         ctx, model = self.ctx, self.ctx.model
         round_, lr = int(message.scalars["round"]), float(message.scalars["lr"])
         ctx.seed_round(round_)
         ctx.lr = lr
         ctx.scratches.clear()
-        ctx.received = _payload(message)
-        model.load_shared({k: v for k, v in message.arrays.items() if not k.startswith(PAYLOAD)})
+        ctx.received = Payload(payload.arrays, payload.scalars)
+        model.load_shared(message.arrays)
         self.hook.fedkit_round_start(client=ctx)
         optimizer = self._optimizer(lr)
         clip = ctx.config["grad_clip"]
@@ -505,12 +506,4 @@ def _same(asked: Message | None, message: Message) -> bool:
         asked.scalars == message.scalars
         and asked.arrays.keys() == message.arrays.keys()
         and all(torch.equal(asked.arrays[k], message.arrays[k]) for k in asked.arrays)
-    )
-
-
-def _payload(message: Message) -> Payload:
-    """The plugin entries of a fit message (see ``fedkit_configure_fit``)."""
-    return Payload(
-        {k[len(PAYLOAD) :]: v for k, v in message.arrays.items() if k.startswith(PAYLOAD)},
-        {k[len(PAYLOAD) :]: v for k, v in message.scalars.items() if k.startswith(PAYLOAD)},
     )
