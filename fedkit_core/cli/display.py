@@ -107,6 +107,8 @@ def print_run(console: Console, results: Mapping[str, Any]) -> None:
     """A finished (or interrupted) run: its table, fairness, best round, failures, time."""
     final = results["final"]
     main = results["task"]["main_metric"]
+    if results.get("reference"):  # not a method: say so before any number
+        console.print(f"[bold]{results['reference']['about']}[/]")
     console.print(results_table(results, f"final metrics (round {final['round']})"))
     fair, best = final.get("fairness", {}), final.get("best", {})
     if fair:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from fedkit_core.errors import FedkitError
-from fedkit_core.results.labels import client_view, metric_name
+from fedkit_core.results.labels import client_view, method_label, metric_name, reference_of
 from fedkit_core.results.schema import has_test
 from fedkit_core.results.store import _atomic
 
@@ -194,8 +194,9 @@ def _title(results: Mapping[str, Any]) -> str:
     name = cfg.get("name")
     if name:
         return name
-    plugins = "+".join(cfg.get("plugins") or []) or "fedavg"
-    return f"{plugins} on {results['task']['name']}"
+    kind = reference_of(cfg)
+    what = method_label(cfg) + (f" ({kind} reference)" if kind else "")
+    return f"{what} on {results['task']['name']}"
 
 
 _PANELS = (  # (round record scope, key, panel title)
