@@ -10,7 +10,8 @@ import pytest
 
 from fedkit_core.errors import FedkitError
 from fedkit_core.results import clients as per_client
-from fedkit_core.results.compare import compare
+from fedkit_core.results.compare import compare, reference_labels
+from fedkit_core.results.labels import method_label, reference_of
 
 T_975_2 = 4.302652729911275  # Student t, 97.5% quantile, 2 degrees of freedom
 
@@ -169,3 +170,15 @@ def test_compare_tabulates_and_plots_the_references_and_the_client_gains(tmp_pat
     found = compare(list(results), seeds=SEEDS, out=tmp_path, run_one=run_one, reference="fedavg")
     assert set(found.clients["gains"]) == {"pooled", "solo"}
     assert found.gain_rows(highlight={"b"})[1]["client"] == "**b**"
+
+
+def test_a_run_is_a_reference_by_its_config():
+    assert reference_of({"pooled": True, "plugins": []}) == "pooled"
+    assert reference_of({"plugins": ["solo", "focal"]}) == "local"
+    assert reference_of({"plugins": ["fca"]}) is None and reference_of({"plugins": []}) is None
+    assert method_label({"pooled": True, "plugins": []}) == "pooled"
+    assert method_label({"plugins": []}) == "fedavg"
+    assert reference_labels({"pooled": "pooled", "solo": "local"}) == {
+        "pooled": "pooled (reference: centralised)",
+        "solo": "solo (reference: local)",
+    }

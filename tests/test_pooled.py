@@ -5,12 +5,15 @@ method of the same seed."""
 from __future__ import annotations
 
 import hashlib
+import json
 
 import numpy as np
 import pytest
+import yaml
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from fedkit_core import resume, run
+from fedkit_core.cli import main
 from fedkit_core.engines.context import ClientContext, batch_count
 from fedkit_core.engines.pooled import TRAINER, round_steps
 from fedkit_core.engines.server import Observer, Server
@@ -167,3 +170,21 @@ def test_an_interrupted_pooled_run_resumes_to_the_same_results(tmp_path):
 def test_pooled_refuses_what_it_cannot_be(extra, says):
     with pytest.raises(FedkitError, match=says):
         resolve_config({**tiny(), "pooled": True, **extra})
+
+
+@pytest.mark.slow
+def test_compare_shows_pooled_and_solo_beside_a_method(tmp_path, capsys):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tiny(rounds=1)))
+    out = tmp_path / "cmp"
+    args = ["compare", "fedavg", "pooled", "solo", "--config", str(config), "--seeds", "0,1"]
+    assert main([*args, "--out", str(out)]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "pooled (reference: centralised)" in printed and "solo (reference: local)" in printed
+    assert "gain in test bACC over solo per client" in printed
+    table = json.loads((out / "compare.json").read_text())
+    assert table["references"] == {"pooled": "pooled", "solo": "local"}
+    assert set(table["clients"]["gains"]) == {"fedavg", "pooled"}
+    assert set(table["clients"]["gains"]["pooled"]) == {"site0", "site1", "site2"}
+    pooled = json.loads((out / "pooled" / "seed0" / "results.json").read_text())
+    assert pooled["config"]["pooled"] is True and pooled["reference"]["kind"] == "pooled"

@@ -371,17 +371,8 @@ def notes(
     used = dict.fromkeys(m for c in columns if (m := c.rsplit(".", 1)[-1]) in METRICS)
     names = "; ".join(f"{metric_name(m, short=True)}: {metric_name(m)}" for m in used)
     references = references or {}
-    own = {"pooled": "the centrally trained model", "local": "each client's own model"}
     served = "; ".join(
-        f"{spec}: "
-        + (
-            own[references[spec]]
-            if references.get(spec) in own
-            else "global model, not personalised"
-            if v == "global"
-            else f"personalised ({v} view)"
-        )
-        for spec, v in views.items()
+        f"{spec}: {_served_by(v, references.get(spec))}" for spec, v in views.items()
     )
     about_references = references_note(references)
     return [
@@ -393,6 +384,15 @@ def notes(
         f"Per-client numbers: {served}.",
         *([about_references] if about_references else []),
     ]
+
+
+def _served_by(view: str, reference: str | None) -> str:
+    """Which model scored a runspec's clients (its ``view``; a reference's own words)."""
+    if reference == "pooled":
+        return "the centrally trained model"
+    if reference == "local":
+        return "each client's own model"
+    return "global model, not personalised" if view == "global" else f"personalised ({view} view)"
 
 
 def diff_note(baseline: str, seeds: Sequence[int]) -> str:
