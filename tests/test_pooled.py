@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 import yaml
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -137,14 +138,20 @@ def test_pooled_trains_the_union_of_the_clients_training_data(monkeypatch):
     union = module.pooled_data
 
     def spy(clients):
+        before = [c["train"].targets.clone() for c in clients.values()]
         data = union(clients)
-        seen["union"] = len(data["train"])
-        seen["clients"] = sum(len(c["train"]) for c in clients.values())
+        seen["union"] = data["train"].targets
+        seen["clients"] = [c["train"] for c in clients.values()]
+        seen["before"] = before
         return data
 
     monkeypatch.setattr(module, "pooled_data", spy)
     run({**CONFIG, "pooled": True, "rounds": 1})
-    assert seen["union"] == seen["clients"] > 0
+    assert torch.equal(seen["union"], torch.cat(seen["before"])) and len(seen["union"]) > 0
+    storage = seen["union"].untyped_storage().data_ptr()
+    for split, before in zip(seen["clients"], seen["before"]):  # views: the data held once
+        assert split.targets.untyped_storage().data_ptr() == storage
+        assert torch.equal(split.targets, before)
 
 
 def test_an_interrupted_pooled_run_resumes_to_the_same_results(tmp_path):

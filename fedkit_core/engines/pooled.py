@@ -39,7 +39,8 @@ and without method plugins (:func:`fedkit_core.resolve.resolve_config` refuses t
   ``clients``: each client's test set) and pairs with a method seed by seed.
 
 Checkpoints and ``fedkit resume`` work as for any run: the trainer checkpoints itself as a
-client does. Its results say what it is (``reference`` in ``results.json``).
+client does. Its results say what it is (``reference`` in ``results.json``). It runs in this
+process: ``local.workers`` and ``eval_with_fit`` do not apply (the clients only evaluate).
 """
 
 from __future__ import annotations
@@ -88,9 +89,13 @@ def round_steps(
 def pooled_data(clients: Mapping[str, ClientData]) -> ClientData:
     """The union of the clients' training splits (in client order) as one party's data, with
     the task's normaliser and augmentation; its own validation and test splits are empty
-    (the clients score the model on theirs)."""
+    (the clients score the model on theirs). Each client's training split becomes a view of
+    the union (the same samples), so the training data are held once, not twice."""
     first = next(iter(clients.values()))
     train = Split.concat([data["train"] for data in clients.values()])
+    bounds = np.cumsum([0, *(len(data["train"]) for data in clients.values())]).tolist()
+    for data, start, stop in zip(clients.values(), bounds, bounds[1:]):
+        data.splits["train"] = Split(train.images[start:stop], train.targets[start:stop])
     empty = train.subset(np.zeros(0, dtype=np.int64))
     splits = {"train": train, "val": empty, "test": empty}
     return ClientData(TRAINER, splits, first.num_classes, first.normalizer, first.augment)
@@ -166,6 +171,7 @@ def execute_pooled(
             "trainer; the pooled reference cannot run on it"
         )
     sizes = {cid: len(data["train"]) for cid, data in fed.clients.items()}
+    union = pooled_data(fed.clients)  # before the clients are placed: one copy of the data
     server = PooledServer(cfg, plugins, fed.task, fed.device, observer, sizes=sizes)
     # the clients only evaluate the global model: one model serves them all
     torch.manual_seed(derive_seed(cfg["seed"], "model", "clients"))
@@ -175,8 +181,8 @@ def execute_pooled(
         cid: ClientRuntime(cid, fed.client_data(cid), fed.task, cfg, plugins, fed.device, shared)
         for cid in fed.clients
     }
-    union = fed.placement.place(pooled_data(fed.clients))
-    parties[TRAINER] = PooledTrainer(TRAINER, union, fed.task, cfg, plugins, fed.device)
+    trainer = PooledTrainer(TRAINER, fed.placement.place(union), fed.task, cfg, plugins, fed.device)
+    parties[TRAINER] = trainer
     stores = None
     if run_dir is not None and cfg["checkpoint"]:
         stores = {cid: ClientCheckpoints.of(run_dir.checkpoint, cid) for cid in parties}
