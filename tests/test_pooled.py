@@ -21,7 +21,7 @@ from fedkit_core.engines.server import Observer, Server
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import prepare
 from fedkit_core.resolve import resolve_config
-from fedkit_core.testing import InterruptAfter, tiny
+from fedkit_core.testing import InterruptAfter, tiny, tiny_seg
 
 #: four clients of unequal sizes, half of them sampled each round, two local epochs, one
 #: process (the step counter below sees this process's optimisers only)
@@ -157,6 +157,9 @@ def test_pooled_trains_the_union_of_the_clients_training_data(monkeypatch):
 def test_an_interrupted_pooled_run_resumes_to_the_same_results(tmp_path):
     config = {**CONFIG, "rounds": 3, "pooled": True, "checkpoint": True}
     config["keep_optimizer_state"] = True  # the trainer's optimiser is checkpointed too
+    # the task's own training settings apply to the trainer, as to a method's clients
+    config.update(loss="bsm", optimizer="sgd", lr=0.05, grad_clip=5.0)
+    config.update(lr_schedule="step", lr_milestones=[2])
     whole = run(config)
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
@@ -195,3 +198,9 @@ def test_compare_shows_pooled_and_solo_beside_a_method(tmp_path, capsys):
     assert set(table["clients"]["gains"]["pooled"]) == {"site0", "site1", "site2"}
     pooled = json.loads((out / "pooled" / "seed0" / "results.json").read_text())
     assert pooled["config"]["pooled"] is True and pooled["reference"]["kind"] == "pooled"
+
+
+def test_pooled_segmentation():
+    results = run(tiny_seg(pooled=True, rounds=1))
+    assert results["reference"]["kind"] == "pooled"
+    assert "dice" in results.final["global"] and len(results.final["clients"]) == 3
