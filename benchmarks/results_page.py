@@ -250,7 +250,9 @@ def section(dataset: Dataset, sets: Sequence[str], seeds: str, out: Path) -> lis
             f"Mean ± std over seeds {seeds} (final round, test split; training time per run "
             f"on this shared machine: {took}):",
             "",
-            markdown_table(found.table, keys, headers=[label(k) for k in keys]),
+            markdown_table(
+                found.table, keys, headers=[label(k) for k in keys], labels=found.labels
+            ),
             f"Paired differences to {base_name} (method minus {base_name}, seed by seed):",
             "",
             _rows(diff_rows(found.diff, keys)),

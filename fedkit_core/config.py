@@ -26,6 +26,15 @@ PLACEMENTS = ("auto", "true", "false")
 CORE_OPTIONS: tuple[Option, ...] = (
     Option("name", str, None, "label of the run (default: built from plugins and task)"),
     Option("plugins", "list[str]", [], "method plugins to activate (fedavg = none)"),
+    Option(
+        "pooled",
+        bool,
+        False,
+        "the pooled reference, NOT federated learning: one model trained centrally on the "
+        "union of the clients' training data, with the federation's number of steps, scored "
+        "on the clients' test sets (runspec `pooled` of fedkit compare; local engine, no "
+        "plugins; see fedkit_core/engines/pooled.py)",
+    ),
     # its choices, the registered engines, are added when a run's config is resolved
     Option("engine", str, "local", "where the federation runs (local, flower, ...)"),
     Option("device", str, "auto", "torch device: auto (GPU when present), cpu, cuda, cuda:1..."),

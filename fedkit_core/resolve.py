@@ -47,6 +47,7 @@ def resolve_config(
     cfg = resolve(layers, options, defaults)
     values = _fill_auto(dict(cfg), spec)
     _check_ranges(values)
+    _check_pooled(values, plugin_set)
     resolved = Config(values, cfg.options)
     check_plugins(resolved, plugin_set, spec)
     return resolved, plugin_set
@@ -63,6 +64,25 @@ def check_plugins(config: Config, plugins: PluginSet, spec: TaskSpec) -> None:
             problems += [result] if isinstance(result, str) else list(result)
     if problems:
         raise FedkitError("\n".join(problems))
+
+
+def _check_pooled(values: Mapping[str, Any], plugins: PluginSet) -> None:
+    """``pooled=true`` (the centralised reference) trains the task's own model in one
+    process: the local engine, no method plugins."""
+    if not values["pooled"]:
+        return
+    if values["engine"] != "local":
+        raise FedkitError(
+            f"pooled=true is the centralised reference: one model trained on every client's "
+            f"data in one process, which only engine=local does (got engine={values['engine']}); "
+            "a deployment keeps each client's data on its site, so it has no pooled run"
+        )
+    if plugins.active:
+        raise FedkitError(
+            "pooled=true trains the task's own model (model, loss, optimiser keys) without "
+            f"method plugins, got plugins {', '.join(plugins.active)}; compare the methods "
+            "beside it instead (fedkit compare fedavg pooled ...)"
+        )
 
 
 def _layers(config: ConfigLike | Sequence[ConfigLike]) -> list[Mapping[str, Any]]:

@@ -252,8 +252,9 @@ def test_compare_two_runspecs_writes_table(tmp_path, tiny_yaml, capsys):
         == 0
     )
     table = json.loads((out / "compare.json").read_text())
-    assert set(table) == {"fedavg", str(tiny_yaml), "diff"}
+    assert set(table) == {"fedavg", str(tiny_yaml), "diff", "clients", "references"}
     assert set(table["diff"]) == {str(tiny_yaml)}  # paired differences to the first runspec
+    assert table["references"] == {} and table["clients"]["reference"] == "fedavg"
     entry = table["fedavg"]["final.global.bacc"]
     assert len(entry["per_seed"]) == 2 and entry["mean"] == pytest.approx(
         np.mean(entry["per_seed"])

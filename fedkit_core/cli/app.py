@@ -124,16 +124,28 @@ def compare(
         help="runs at once, each in its own process with cores/jobs torch threads "
         "(last digits can differ from a serial run's)",
     ),
+    reference: str | None = typer.Option(
+        None,
+        "--reference",
+        help="the runspec each runspec's per-client gain is measured against (default: solo "
+        "when compared, else the first runspec)",
+    ),
     quiet: bool = QuietOpt,
     logger: list[str] = LoggerOpt,
 ) -> None:
     """Run several methods on the same task, partition and seeds; tabulate mean ± std and,
-    with >= 2 seeds, each one's paired difference to the first (95% CI, wins/ties/losses)."""
+    with >= 2 seeds, each one's paired difference to the first (95% CI, wins/ties/losses),
+    and per client each one's paired gain over a reference (solo: each client alone).
+
+    The runspec `pooled` is the pooled reference: one model trained centrally on the union
+    of the clients' training data (not federated), with the federation's number of steps;
+    `solo` is the local reference. Both are marked as references in tables and figures."""
     from fedkit_core import api
     from fedkit_core.cli.display import rows_table
     from fedkit_core.errors import FedkitError
     from fedkit_core.resolve import resolve_config
     from fedkit_core.results import compare as cmp
+    from fedkit_core.results.labels import metric_name
 
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
@@ -170,15 +182,27 @@ def compare(
         run_one=run_one,
         jobs=jobs,
         on_done=on_done,
+        reference=reference,
     )
     if not quiet:
         seeds_text = ", ".join(map(str, found.seeds))
         console.print(rows_table(found.rows(), f"mean ± std over seeds {seeds_text}, last round"))
+        if found.references:
+            console.print(cmp.references_note(found.references))
         if found.diff:
             console.print(rows_table(found.diff_rows(), cmp.diff_note(runspecs[0], found.seeds)))
+        metric = metric_name(found.clients.get("metric", found.main), short=True)
+        if found.client_rows():
+            console.print(rows_table(found.client_rows(), f"test {metric} per client"))
+        if found.gain_rows():
+            title = f"gain in test {metric} over {found.clients['reference']} per client"
+            console.print(rows_table(found.gain_rows(), title))
+            for note in found.clients["notes"]:
+                console.print(note)
+    figures = "compare.png/.pdf/.svg" + (", compare-clients.png" if found.gain_rows() else "")
     console.print(
         f"comparison of {len(found.table)} runspecs in [bold]{out}[/] "
-        "(compare.json, compare.md and compare.tex to paste, compare.png/.pdf/.svg)"
+        f"(compare.json, compare.md and compare.tex to paste, {figures})"
     )
 
 

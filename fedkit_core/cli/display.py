@@ -107,6 +107,8 @@ def print_run(console: Console, results: Mapping[str, Any]) -> None:
     """A finished (or interrupted) run: its table, fairness, best round, failures, time."""
     final = results["final"]
     main = results["task"]["main_metric"]
+    if results.get("reference"):  # not a method: say so before any number
+        console.print(f"[bold]{results['reference']['about']}[/]")
     console.print(results_table(results, f"final metrics (round {final['round']})"))
     fair, best = final.get("fairness", {}), final.get("best", {})
     if fair:
@@ -146,7 +148,7 @@ def rows_table(rows: Sequence[Mapping[str, Any]], title: str = "") -> Table:
         title=title or None, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0)
     )
     for column in rows[0]:
-        text = column in ("run", "status", "name", "metric")
+        text = column in ("run", "status", "name", "metric", "client")
         table.add_column(str(column), justify="left" if text else "right", no_wrap=not text)
     for row in rows:
         table.add_row(*(_fmt(v) for v in row.values()))

@@ -9,7 +9,7 @@ exported by :meth:`ClientRuntime.state_dict` for checkpoints and Flower's node s
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -184,8 +184,8 @@ class ClientRuntime:
         sums: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), device=ctx.device))
         steps = 0
         model.train()
-        for epoch in range(ctx.config["local_epochs"]):
-            for batch in ctx.batches("train", shuffle=True, augment=True):
+        for epoch, batches in enumerate(self.train_passes(message)):
+            for batch in batches:
                 outputs = ctx.forward(model, batch.x)
                 terms = {"task": ctx.task_loss(batch, outputs)}
                 for extra in self.hook.fedkit_loss_terms(client=ctx, batch=batch, outputs=outputs):
@@ -216,6 +216,13 @@ class ClientRuntime:
         return Message(
             "fit", model.shared_state(), check_scalars(scalars, f"client {ctx.id} report")
         )
+
+    def train_passes(self, message: Message) -> Iterator[Iterable[Batch]]:
+        """The batches of one round's local training, pass by pass: ``local_epochs``
+        shuffled, augmented epochs over the client's training split (the pooled reference's
+        trainer draws another number of steps, see :mod:`fedkit_core.engines.pooled`)."""
+        for _ in range(self.ctx.config["local_epochs"]):
+            yield self.ctx.batches("train", shuffle=True, augment=True)
 
     def _optimizer(self, lr: float) -> torch.optim.Optimizer:
         """The client's optimiser (built once, or every round unless its state is kept),

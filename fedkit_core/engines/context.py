@@ -38,6 +38,17 @@ def derive_seed(*parts: object) -> int:
 T = TypeVar("T")
 
 
+def batch_count(n: int, size: int, *, drop_last: bool = False, augment: bool = False) -> int:
+    """How many batches :meth:`ClientContext.batches` makes of ``n`` samples: one per
+    ``size`` samples, the trailing incomplete one dropped with ``drop_last``, and when
+    training (``augment``) a trailing batch of one sample (batch norm cannot train on it).
+    A client's local steps per epoch are ``batch_count(n, batch_size, augment=True)``."""
+    full, rest = divmod(n, size)
+    if rest == 0 or drop_last or (augment and rest == 1 and n > 1):
+        return full
+    return full + 1
+
+
 def _caller(what: str) -> str:
     name = current_plugin()
     if name is None:
@@ -163,7 +174,8 @@ class ClientContext(_Party):
 
         Shuffling draws from ``self.rng`` (seeded per round). A trailing batch of one sample
         is dropped when training (batch norm cannot train on it); ``drop_last`` drops any
-        incomplete trailing batch. Images come in the run's layout (``channels_last``).
+        incomplete trailing batch (:func:`batch_count` counts them). Images come in the
+        run's layout (``channels_last``).
         """
         data = self.data[split]
         size = batch_size or self.config["batch_size"]
@@ -173,10 +185,9 @@ class ClientContext(_Party):
         # host index copies it there and waits for the GPU, twice a batch otherwise
         images_at = order.to(data.images.device)
         targets_at = images_at.to(data.targets.device)
-        for start in range(0, n, size):
+        count = batch_count(n, size, drop_last=drop_last, augment=augment)
+        for start in range(0, count * size, size):
             index = order[start : start + size]
-            if (drop_last and len(index) < size) or (augment and len(index) == 1 and n > 1):
-                break
             stop = start + len(index)
             x = self.data.normalizer(gather(data.images, images_at[start:stop], self.device))
             y = gather(data.targets, targets_at[start:stop], self.device).long()

@@ -1,6 +1,7 @@
 """The local engine: clients are objects in this process, messages are method calls; or,
 with ``local.workers`` or ``client_timeout``, in forked worker processes
-(:mod:`fedkit_core.engines.workers`).
+(:mod:`fedkit_core.engines.workers`). With ``pooled=true`` it runs the centralised
+reference instead (:mod:`fedkit_core.engines.pooled`, in this process).
 
 Checkpoints follow :mod:`fedkit_core.engines.checkpoint` like every engine's: the server
 commits its snapshot after each round; each client writes its own snapshot after each
@@ -126,6 +127,10 @@ class LocalEngine:
         observer: Observer,
         resume: bool,
     ) -> Results:
+        if cfg["pooled"]:  # the centralised reference, in this process
+            from fedkit_core.engines.pooled import execute_pooled
+
+            return execute_pooled(cfg, plugins, run_dir, observer, resume)
         started = time.perf_counter()
         setting = parse_workers(cfg["local.workers"])
         fed = prepare(cfg, plugins)

@@ -227,14 +227,14 @@ class Server:
         sampled = sample_clients(self.client_ids, cfg["sample_fraction"], cfg["seed"], rnd)
         self.observer.on_phase(rnd, "train", 0, len(sampled))
         self.traffic = {}
-        messages = {cid: self._fit_message(cid, rnd) for cid in sampled}
+        messages = self.fit_messages(sampled, rnd)
         pending, self.pending = self.pending, None
         if pending is None:
             replies = self.send(transport, messages)
         else:
             replies = self._fit_and_evaluate(transport, messages, pending)
             self._complete(pending, on_round)
-        ok = self._failures("fit", rnd, replies, required=self._required(len(sampled)))
+        ok = self._failures("fit", rnd, replies, required=self._required(len(messages)))
         updates = [Update(cid, replies[cid].arrays, replies[cid].scalars) for cid in ok]
         new_state = self.hook.fedkit_aggregate(
             server=ctx, updates=updates, ask=self._asker(transport, rnd, ok)
@@ -285,6 +285,11 @@ class Server:
         arrays, served = self._evaluation_results(rnd, evaluations)
         pending.update(self._evaluated(transport, rnd, splits, arrays, served))
         return fits
+
+    def fit_messages(self, sampled: Sequence[str], rnd: int) -> dict[str, Message]:
+        """Round ``rnd``'s fit messages: one to each sampled client (the pooled reference
+        trains one central party instead, see :mod:`fedkit_core.engines.pooled`)."""
+        return {cid: self._fit_message(cid, rnd) for cid in sampled}
 
     def _fit_message(self, cid: str, rnd: int) -> Message:
         """The global state and round settings, plus what plugins send this client."""

@@ -15,12 +15,21 @@ seed by seed (:mod:`fedkit_core.metrics.paired`): ``compare.json`` then holds
 ``diff.<runspec>.<metric>`` (mean paired difference, paired-t and bootstrap 95% intervals,
 wins/ties/losses), and ``compare.md`` a second table marking each difference significant or
 not.
+
+References are compared beside the methods and marked as such in every table and figure:
+the runspec ``pooled`` (``pooled=true``: one model trained centrally on the union of the
+clients' training data, not federated, see :mod:`fedkit_core.engines.pooled`) and ``solo``
+(each client alone); ``compare.json`` names them under ``references``. Its ``clients``
+section holds every client's score per runspec and each runspec's paired gain over a
+reference runspec client by client (:mod:`fedkit_core.results.clients`; the reference is
+``solo`` when compared, else the first runspec, or the one chosen with ``reference``), and
+``compare.md`` both tables.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,17 +40,35 @@ from fedkit_core.config import load_yaml
 from fedkit_core.errors import FedkitError
 from fedkit_core.metrics.paired import paired_difference
 from fedkit_core.plugins import BUILTINS, installed
-from fedkit_core.results.labels import METRICS, client_view, metric_name
+from fedkit_core.results.clients import (
+    CLIENTS,
+    clients_section,
+    default_reference,
+    gain_rows,
+    score_rows,
+)
+from fedkit_core.results.labels import (
+    METRICS,
+    REFERENCES,
+    client_view,
+    metric_name,
+    reference_of,
+)
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir, write_json, write_text
 
+#: the runspec of the pooled reference (centralised training, not a plugin)
+POOLED = "pooled"
+
 
 def runspec_layer(spec: str) -> dict[str, Any]:
-    """The config layer a RUNSPEC stands for."""
+    """The config layer a RUNSPEC stands for (``pooled``: the pooled reference)."""
     if spec.endswith((".yaml", ".yml")) or Path(spec).is_file():
         layer = load_yaml(spec)
         layer.setdefault("plugins", [])
         return layer
+    if spec == POOLED:
+        return {"plugins": [], "pooled": True}
     return {"plugins": [p for p in spec.split("+") if p and p != "fedavg"]}
 
 
@@ -110,6 +137,10 @@ def aggregate(
 
 #: the compare.json key of the paired differences
 DIFF = "diff"
+#: the compare.json key naming the runspecs that are references (``{runspec: kind}``)
+REFERENCES_KEY = "references"
+#: compare.json keys that are not runspecs
+RESERVED = (DIFF, CLIENTS, REFERENCES_KEY)
 #: the compared numbers where lower is better (all others: higher is better)
 LOWER_IS_BETTER = ("final.fairness.std", "final.wall_seconds")
 
@@ -139,6 +170,9 @@ def paired_table(
 
 
 def _columns(table: Mapping[str, Mapping[str, Any]], main: str) -> list[str]:
+    """The compared numbers: the standard ones any runspec has (a runspec without one, e.g.
+    ``solo`` without a global model, shows ``-``: the other runspecs' global numbers stay in
+    the table), then the plugin summaries every runspec has."""
     first = next(iter(table.values()))
     wanted = [
         f"final.global.{main}",
@@ -149,8 +183,9 @@ def _columns(table: Mapping[str, Mapping[str, Any]], main: str) -> list[str]:
     ]
     for metric in ("bauc", "tail_acc", "dice_bg"):
         wanted += [f"final.global.{metric}", f"final.clients_mean.{metric}"]
-    wanted += sorted(k for k in first if k.startswith("final.summary."))
-    return [c for c in dict.fromkeys(wanted) if all(c in row for row in table.values())]
+    shown = [c for c in dict.fromkeys(wanted) if any(c in row for row in table.values())]
+    summaries = sorted(k for k in first if k.startswith("final.summary."))
+    return shown + [c for c in summaries if all(c in row for row in table.values())]
 
 
 def metric_label(path: str) -> str:
@@ -163,22 +198,47 @@ def metric_label(path: str) -> str:
     return f"{label}, best val round" if kind == "best" else label
 
 
+def reference_labels(references: Mapping[str, str]) -> dict[str, str]:
+    """How tables and figures name the reference runspecs (``{runspec: kind}``):
+    ``pooled (reference: centralised)``, ``solo (reference: local)``."""
+    what = {"pooled": "centralised"}
+    return {spec: f"{spec} (reference: {what.get(k, k)})" for spec, k in references.items()}
+
+
+def references_note(references: Mapping[str, str]) -> str:
+    """What the compared references are (empty without any)."""
+    if not references:
+        return ""
+    parts = "; ".join(f"{spec}: {REFERENCES[kind]}" for spec, kind in references.items())
+    return f"References, not methods: {parts}."
+
+
 @dataclass
 class Comparison:
-    """What ``compare`` found: the ``compare.json`` table, the main metric, the seeds and
-    the paired differences against the first runspec (:func:`paired_table`)."""
+    """What ``compare`` found: the ``compare.json`` table, the main metric, the seeds, the
+    paired differences against the first runspec (:func:`paired_table`), the runspecs that
+    are references (``{runspec: kind}``) and the per-client section
+    (:func:`~fedkit_core.results.clients.clients_section`)."""
 
     table: dict[str, dict[str, dict[str, Any]]]
     main: str
     seeds: list[int]
     diff: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    references: dict[str, str] = field(default_factory=dict)
+    clients: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """Runspec names for people: references marked (:func:`reference_labels`)."""
+        return reference_labels(self.references)
 
     def rows(self) -> list[dict[str, str]]:
         """One row per compared number, one column per runspec (mean ± std), for a console."""
+        names = self.labels
         return [
             {
                 "metric": metric_label(c),
-                **{s: f"{r[c]['mean']:.4f} ± {r[c]['std']:.4f}" for s, r in self.table.items()},
+                **{names.get(s, s): _cell(r.get(c), 1.0, 4, " ± ") for s, r in self.table.items()},
             }
             for c in _columns(self.table, self.main)
         ]
@@ -186,6 +246,14 @@ class Comparison:
     def diff_rows(self) -> list[dict[str, str]]:
         """One row per runspec and compared number: the paired difference to the baseline."""
         return diff_rows(self.diff, _columns(self.table, self.main))
+
+    def client_rows(self, highlight: Collection[str] = ()) -> list[dict[str, str]]:
+        """One row per client: its score under each runspec (mean ± std over seeds)."""
+        return score_rows(self.clients, self.labels, highlight) if self.clients else []
+
+    def gain_rows(self, highlight: Collection[str] = ()) -> list[dict[str, str]]:
+        """One row per client: each runspec's paired gain over the reference."""
+        return gain_rows(self.clients, self.labels, highlight) if self.clients else []
 
 
 def diff_rows(
@@ -227,18 +295,24 @@ def markdown_table(
     scale: float = 1.0,
     digits: int = 4,
     headers: Sequence[str] | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> str:
     """``{runspec: {column: {mean, std}}}`` as a markdown table of ``mean ± std`` cells
-    (values times ``scale``: 100 for percent), headed by ``headers`` (default: the columns)."""
+    (values times ``scale``: 100 for percent), headed by ``headers`` (default: the columns),
+    runspecs named by ``labels`` (e.g. :func:`reference_labels`)."""
     head = headers or columns
+    labels = labels or {}
     lines = ["| runspec | " + " | ".join(head) + " |", "|---" * (len(columns) + 1) + "|"]
     for spec, row in table.items():
-        cells = [_cell(row[c], scale, digits, " ± ") for c in columns]
-        lines.append(f"| {spec} | " + " | ".join(cells) + " |")
+        cells = [_cell(row.get(c), scale, digits, " ± ") for c in columns]
+        lines.append(f"| {labels.get(spec, spec)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _cell(entry: Mapping[str, Any], scale: float, digits: int, pm: str) -> str:
+def _cell(entry: Mapping[str, Any] | None, scale: float, digits: int, pm: str) -> str:
+    """``mean ± std`` (``-`` for a number the runspec does not have)."""
+    if entry is None:
+        return "-"
     return f"{scale * entry['mean']:.{digits}f}{pm}{scale * entry['std']:.{digits}f}"
 
 
@@ -259,8 +333,10 @@ def latex_table(
     headers: Sequence[str],
     caption: str,
     digits: int = 4,
+    labels: Mapping[str, str] | None = None,
 ) -> str:
     """The :func:`markdown_table` as a booktabs ``table`` (``\\usepackage{booktabs}``)."""
+    labels = labels or {}
     lines = [
         r"\begin{table}[t]",
         r"\centering",
@@ -271,8 +347,11 @@ def latex_table(
         r"\midrule",
     ]
     for spec, row in table.items():
-        cells = ["$" + _cell(row[c], 1.0, digits, r" \pm ") + "$" for c in columns]
-        lines.append(f"{_tex(spec)} & " + " & ".join(cells) + r" \\")
+        cells = [
+            "--" if c not in row else "$" + _cell(row[c], 1.0, digits, r" \pm ") + "$"
+            for c in columns
+        ]
+        lines.append(f"{_tex(labels.get(spec, spec))} & " + " & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     return "\n".join(lines) + "\n"
 
@@ -282,18 +361,20 @@ def notes(
     main: str,
     seeds: Sequence[int],
     views: Mapping[str, str],
+    references: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """What the table's numbers are: seeds, scopes, metric names and, per runspec, whether
-    the per-client numbers come from personalised models (``views``: runspec -> the view
-    that served the clients, see :func:`~fedkit_core.results.labels.client_view`)."""
+    """What the table's numbers are: seeds, scopes, metric names, per runspec whether the
+    per-client numbers come from personalised models (``views``: runspec -> the view that
+    served the clients, see :func:`~fedkit_core.results.labels.client_view`) and which
+    runspecs are references (``{runspec: kind}``, see :func:`references_note`)."""
     columns = _columns(table, main)
     used = dict.fromkeys(m for c in columns if (m := c.rsplit(".", 1)[-1]) in METRICS)
     names = "; ".join(f"{metric_name(m, short=True)}: {metric_name(m)}" for m in used)
+    references = references or {}
     served = "; ".join(
-        f"{spec}: "
-        + ("global model, not personalised" if v == "global" else f"personalised ({v} view)")
-        for spec, v in views.items()
+        f"{spec}: {_served_by(v, references.get(spec))}" for spec, v in views.items()
     )
+    about_references = references_note(references)
     return [
         f"Mean ± std over seeds {', '.join(map(str, seeds))}, final round, test split. "
         "global: the global model on the pooled test set; clients mean: unweighted mean over "
@@ -301,7 +382,17 @@ def notes(
         f"{metric_name(main, short=True)}; best val round: the global model of the round best "
         f"on validation. {names}.",
         f"Per-client numbers: {served}.",
+        *([about_references] if about_references else []),
     ]
+
+
+def _served_by(view: str, reference: str | None) -> str:
+    """Which model scored a runspec's clients (its ``view``; a reference's own words)."""
+    if reference == "pooled":
+        return "the centrally trained model"
+    if reference == "local":
+        return "each client's own model"
+    return "global model, not personalised" if view == "global" else f"personalised ({view} view)"
 
 
 def diff_note(baseline: str, seeds: Sequence[int]) -> str:
@@ -322,24 +413,45 @@ def write_summary(
     main: str,
     seeds: Sequence[int],
     diff: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
+    references: Mapping[str, str] | None = None,
+    clients: Mapping[str, Any] | None = None,
 ) -> None:
-    """``compare.md`` and ``compare.tex`` (the table and its notes; ``compare.md`` also the
-    paired differences ``diff``) and the ``compare`` figure (per-round curves, mean ± std
-    over seeds, as PNG, PDF and SVG)."""
-    from fedkit_core.results.plots import plot_groups
+    """``compare.md`` and ``compare.tex`` (the table and its notes, references marked;
+    ``compare.md`` also the paired differences ``diff`` and the per-client tables of
+    ``clients``), the ``compare`` figure (per-round curves, mean ± std over seeds,
+    references dashed) and the ``compare-clients`` figure (each client's gain over the
+    reference), as PNG, PDF and SVG."""
+    from fedkit_core.results.plots import plot_client_gains, plot_groups
 
+    references = references or {}
+    labels = reference_labels(references)
     views = {spec: client_view(seeds_runs[0]["final"]) for spec, seeds_runs in runs.items()}
     columns = _columns(table, main)
     headers = [metric_label(c) for c in columns]
-    paragraphs = notes(table, main, seeds, views)
-    parts = [*paragraphs, markdown_table(table, columns, headers=headers)]
+    paragraphs = notes(table, main, seeds, views, references)
+    parts = [*paragraphs, markdown_table(table, columns, headers=headers, labels=labels)]
     if diff:
         parts += [diff_note(next(iter(table)), seeds), rows_markdown(diff_rows(diff, columns))]
+    if clients and clients["scores"]:
+        metric = metric_name(clients["metric"], short=True)
+        parts += [
+            f"Test {metric} of each client (mean ± std over seeds; the model that serves the "
+            "client, as above):",
+            rows_markdown(score_rows(clients, labels)),
+        ]
+        if clients["gains"]:
+            parts += [
+                f"Paired gain in {metric} over {labels.get(clients['reference'], clients['reference'])}"
+                " per client. " + " ".join(clients["notes"]),
+                rows_markdown(gain_rows(clients, labels)),
+            ]
     md = "\n\n".join(parts)
     write_text(out / "compare.md", md)
-    tex = latex_table(table, columns, headers, caption=" ".join(paragraphs))
+    tex = latex_table(table, columns, headers, caption=" ".join(paragraphs), labels=labels)
     write_text(out / "compare.tex", tex)
-    plot_groups(runs, out / "compare.png")
+    plot_groups(runs, out / "compare.png", labels)
+    if clients and clients["gains"]:
+        plot_client_gains(clients, out / "compare-clients.png", labels)
 
 
 def planned_runs(
@@ -392,6 +504,7 @@ def compare(
     run_one: Callable[[list[Mapping[str, Any]], Path, str, int], Results] | None = None,
     jobs: int = 1,
     on_done: Callable[[str, int], None] | None = None,
+    reference: str | None = None,
 ) -> Comparison:
     """Run every runspec for every seed (reusing or continuing runs of the same config) and
     summarise exactly those runs.
@@ -402,6 +515,10 @@ def compare(
     With ``jobs`` > 1 the runs go to that many worker processes instead
     (:mod:`fedkit_core.results.parallel`; ``run_one`` is then unused and ``on_done(spec,
     seed)`` reports each finished run).
+    ``reference``: the runspec each runspec's per-client gain is measured against (default:
+    ``solo`` or another local reference when compared, else the first runspec; see
+    :mod:`fedkit_core.results.clients`); the paired differences ``diff`` stay against the
+    first runspec.
     Folders holding runs of another config are refused before anything runs, and the summary
     files of an earlier comparison in ``out`` are removed first, so they never outlive it.
     """
@@ -413,8 +530,13 @@ def compare(
         def run_one(layers, path, spec, seed):
             return api.run(layers, out=path, reuse=True)
 
-    if DIFF in runspecs:
-        raise FedkitError(f"a runspec may not be named {DIFF!r}: compare.json keeps that key")
+    for name in RESERVED:
+        if name in runspecs:
+            raise FedkitError(f"a runspec may not be named {name!r}: compare.json keeps that key")
+    if reference is not None and reference not in runspecs:
+        raise FedkitError(
+            f"--reference {reference} is not one of the compared runspecs: {', '.join(runspecs)}"
+        )
     if not isinstance(jobs, int) or jobs < 1:
         raise FedkitError(f"--jobs must be a whole number of at least 1, got {jobs!r}")
     plan = planned_runs(runspecs, seeds, out, base, sets or {})
@@ -433,6 +555,11 @@ def compare(
     main = done[-1]["task"]["main_metric"]
     table = aggregate(runs)
     diff = paired_table(table)
-    write_json(out / "compare.json", {**table, DIFF: diff} if diff else table)
-    write_summary(out, table, runs, main, seeds, diff)
-    return Comparison(table, main, list(seeds), diff)
+    kinds = {spec: reference_of(r[0]["config"]) for spec, r in runs.items()}
+    references = {spec: kind for spec, kind in kinds.items() if kind}
+    chosen = reference or default_reference(list(runs), kinds)
+    clients = clients_section(runs, main, chosen, seeds)
+    summary = {**table, **({DIFF: diff} if diff else {}), CLIENTS: clients}
+    write_json(out / "compare.json", {**summary, REFERENCES_KEY: references})
+    write_summary(out, table, runs, main, seeds, diff, references, clients)
+    return Comparison(table, main, list(seeds), diff, references, clients)

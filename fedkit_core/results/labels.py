@@ -1,4 +1,5 @@
-"""Names for readers: metric names in figures and tables, and which model served the clients."""
+"""Names for readers: metric names in figures and tables, which model served the clients, and
+which runs are references rather than methods."""
 
 from __future__ import annotations
 
@@ -43,3 +44,32 @@ def client_view(final: Mapping[str, Any]) -> str:
         if name in views and views[name].get("clients") == final.get("clients"):
             return name
     return "global" if not views else "personal"
+
+
+#: the runs that are references, not methods: what each one is, for results and tables
+REFERENCES = {
+    "pooled": "pooled reference, NOT federated: one model trained centrally on the union of "
+    "the clients' training data (the data leave the clients), with the federation's number "
+    "of steps, scored on the clients' test sets",
+    "local": "local reference: each client trains alone on its own data (the solo plugin), "
+    "nothing is shared",
+}
+
+
+def method_label(config: Mapping[str, Any]) -> str:
+    """What trained a run, from its resolved ``config``: its plugins (``fca+focal``),
+    ``fedavg`` without any, ``pooled`` for the pooled reference."""
+    if config.get("pooled"):
+        return "pooled"
+    return "+".join(config.get("plugins") or []) or "fedavg"
+
+
+def reference_of(config: Mapping[str, Any]) -> str | None:
+    """The reference a run's resolved ``config`` makes it (a :data:`REFERENCES` key):
+    ``pooled`` with ``pooled=true``, ``local`` with the ``solo`` plugin; ``None`` for a
+    method."""
+    if config.get("pooled"):
+        return "pooled"
+    if "solo" in (config.get("plugins") or []):
+        return "local"
+    return None

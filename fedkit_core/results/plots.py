@@ -6,6 +6,7 @@ the names a reader knows (:mod:`fedkit_core.results.labels`)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from fedkit_core.errors import FedkitError
-from fedkit_core.results.labels import client_view, metric_name
+from fedkit_core.results.labels import client_view, method_label, metric_name, reference_of
 from fedkit_core.results.schema import has_test
 from fedkit_core.results.store import _atomic
 
@@ -194,8 +195,9 @@ def _title(results: Mapping[str, Any]) -> str:
     name = cfg.get("name")
     if name:
         return name
-    plugins = "+".join(cfg.get("plugins") or []) or "fedavg"
-    return f"{plugins} on {results['task']['name']}"
+    kind = reference_of(cfg)
+    what = method_label(cfg) + (f" ({kind} reference)" if kind else "")
+    return f"{what} on {results['task']['name']}"
 
 
 _PANELS = (  # (round record scope, key, panel title)
@@ -217,10 +219,17 @@ def _per_round(
     return rounds, np.array(values, dtype=float)
 
 
-def plot_groups(groups: Mapping[str, Sequence[Mapping[str, Any]]], path: Path) -> Path:
+def plot_groups(
+    groups: Mapping[str, Sequence[Mapping[str, Any]]],
+    path: Path,
+    references: Mapping[str, str] | None = None,
+) -> Path:
     """Main metric per round of each group of runs (a runspec's seeds): the mean line and,
     with two or more runs, a mean ± std band; panels for the global model, the clients'
-    mean and the std across clients (fairness)."""
+    mean and the std across clients (fairness). ``references`` (``{group: label}``: the
+    pooled and local references, not methods) are drawn dashed, without markers, under
+    their label."""
+    references = references or {}
     plt = _pyplot()
     first = next(iter(groups.values()))[0]
     name = metric_name(first["task"]["main_metric"])
@@ -238,10 +247,17 @@ def plot_groups(groups: Mapping[str, Sequence[Mapping[str, Any]]], path: Path) -
         for i, (label, runs) in enumerate(groups.items()):
             color = f"C{i % 10}"
             rounds, values = _per_round(runs, scope, key, split)
-            mean = np.nanmean(values, axis=0)
-            ax.plot(rounds, mean, "o-", ms=2.5, color=color, label=label)
-            if len(runs) >= 2:
+            if not np.isfinite(values).any():  # e.g. solo has no global model
+                continue
+            with warnings.catch_warnings():  # a round no run of the group scored
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = np.nanmean(values, axis=0)
                 std = np.nanstd(values, axis=0)
+            if label in references:
+                ax.plot(rounds, mean, "--", lw=1.8, color=color, label=references[label])
+            else:
+                ax.plot(rounds, mean, "o-", ms=2.5, color=color, label=label)
+            if len(runs) >= 2:
                 ax.fill_between(rounds, mean - std, mean + std, color=color, alpha=0.2, lw=0)
         ax.set_title(title)
         _rounds_axis(ax)
@@ -250,6 +266,57 @@ def plot_groups(groups: Mapping[str, Sequence[Mapping[str, Any]]], path: Path) -
         n = "/".join(map(str, sizes))
         fig.suptitle(f"{name}: mean ± std over {n} seeds", y=1.02)
     _legend_below(fig, axes[0])
+    return save_figure(fig, path)
+
+
+def plot_client_gains(
+    section: Mapping[str, Any], path: Path, labels: Mapping[str, str] | None = None
+) -> Path:
+    """Each client's paired gain over the reference runspec (the ``clients`` section of a
+    comparison, :func:`fedkit_core.results.clients.clients_section`): one bar per runspec
+    and client, the mean gain over seeds with its 95% paired-t interval (from two seeds
+    on); references (named in ``labels``) hatched."""
+    plt = _pyplot()
+    labels = labels or {}
+    gains = section["gains"]
+    clients = list(dict.fromkeys(c for per in section["scores"].values() for c in per))
+    specs = list(gains)
+    width = 0.8 / max(len(specs), 1)
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.5 * len(clients) * len(specs) + 2.5), 3.8))
+    for i, spec in enumerate(specs):
+        xs = np.arange(len(clients)) + (i - (len(specs) - 1) / 2) * width
+        found = [gains[spec].get(c) for c in clients]
+        means = np.array([np.nan if g is None else g["mean"] for g in found])
+        errors = None
+        if all(g is None or "ci_t" in g for g in found) and any(g is not None for g in found):
+            low = [0.0 if g is None else g["mean"] - g["ci_t"][0] for g in found]
+            high = [0.0 if g is None else g["ci_t"][1] - g["mean"] for g in found]
+            errors = np.array([low, high])
+        reference = spec in labels
+        ax.bar(
+            xs,
+            means,
+            width,
+            yerr=errors,
+            capsize=2,
+            color=f"C{i % 10}",
+            alpha=0.55 if reference else 0.85,
+            hatch="//" if reference else None,
+            edgecolor=f"C{i % 10}",
+            label=labels.get(spec, spec),
+        )
+    ax.axhline(0.0, color="k", lw=1)
+    ax.set_xticks(range(len(clients)), clients, rotation=45 if len(clients) > 6 else 0)
+    metric = metric_name(section["metric"], short=True)
+    reference = section["reference"]
+    seeds = len(section["seeds"])
+    interval = ", bars: 95% paired-t interval" if seeds >= 2 else ", one seed: no interval"
+    ax.set(
+        ylabel=f"gain in test {metric} over {reference}",
+        title=f"per client, mean over {seeds} paired seed{'s' * (seeds != 1)}{interval}",
+    )
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     return save_figure(fig, path)
 
 

@@ -10,7 +10,10 @@ scopes absent), ``global``, ``clients``, ``clients_mean``, ``fairness``, ``summa
 ``views`` ({view: {"global", "clients"}}) on the test split plus the same under ``val``),
 ``setup_bytes``, ``events`` (client failures), ``priors`` (each server prior sent to the
 clients at setup: ``shape``, ``dtype`` and the ``sha256`` of its bytes, so frozen knowledge
-such as FedCB's text statistics is identifiable) and ``final``.
+such as FedCB's text statistics is identifiable) and ``final``. A reference run, not a
+method, says so in ``reference`` (``kind``: ``pooled``, centralised training on the union of
+the clients' data, or ``local``, each client alone; ``about``: what that means; see
+:data:`~fedkit_core.results.labels.REFERENCES`); a method's results have no such key.
 
 ``final`` holds the last round's (of a running run: the last round with test scores)
 ``global``, ``clients``, ``clients_mean``, ``fairness`` (``std`` and ``worst`` of the main
@@ -27,6 +30,8 @@ import io
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from fedkit_core.results.labels import REFERENCES, reference_of
 
 if TYPE_CHECKING:
     import torch
@@ -134,8 +139,11 @@ def build_results(
         best = _best(evaluated, main)
         if best is not None:
             final["best"] = best
+    reference = reference_of(config)
+    marker = {"reference": {"kind": reference, "about": REFERENCES[reference]}} if reference else {}
     return Results(
         status=status,
+        **marker,
         config=dict(config),
         plugins=dict(plugins),
         task=dict(task),

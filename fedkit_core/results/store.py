@@ -23,6 +23,7 @@ import yaml
 
 from fedkit_core.config import safe_yaml
 from fedkit_core.errors import FedkitError
+from fedkit_core.results.labels import method_label
 from fedkit_core.results.schema import MetricsCsv, PerRound
 
 
@@ -378,7 +379,7 @@ def default_out(config: Mapping[str, Any], create: bool = True) -> Path:
     With ``create`` the folder is made here, atomically, so that two runs started in the
     same second never share one; without (a folder on another machine), it is only named.
     """
-    label = config["name"] or "+".join(config["plugins"] or ["fedavg"]) + "-" + config["task.name"]
+    label = config["name"] or method_label(config) + "-" + config["task.name"]
     base = Path("runs") / f"{label}-{datetime.now():%Y%m%d-%H%M%S}"
     path, n = base, 1
     while True:
