@@ -145,6 +145,7 @@ def compare(
     from fedkit_core.errors import FedkitError
     from fedkit_core.resolve import resolve_config
     from fedkit_core.results import compare as cmp
+    from fedkit_core.results.convergence import convergence_note
     from fedkit_core.results.labels import metric_name
 
     try:
@@ -189,6 +190,8 @@ def compare(
         console.print(rows_table(found.rows(), f"mean ± std over seeds {seeds_text}, last round"))
         if found.references:
             console.print(cmp.references_note(found.references))
+        if found.convergence:
+            console.print(convergence_note(found.convergence))
         if found.diff:
             console.print(rows_table(found.diff_rows(), cmp.diff_note(runspecs[0], found.seeds)))
         metric = metric_name(found.clients.get("metric", found.main), short=True)

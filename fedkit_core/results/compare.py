@@ -47,6 +47,7 @@ from fedkit_core.results.clients import (
     gain_rows,
     score_rows,
 )
+from fedkit_core.results.convergence import convergence, convergence_note
 from fedkit_core.results.labels import (
     METRICS,
     REFERENCES,
@@ -139,8 +140,10 @@ def aggregate(
 DIFF = "diff"
 #: the compare.json key naming the runspecs that are references (``{runspec: kind}``)
 REFERENCES_KEY = "references"
+#: the compare.json key of each runspec's convergence (:mod:`fedkit_core.results.convergence`)
+CONVERGENCE = "convergence"
 #: compare.json keys that are not runspecs
-RESERVED = (DIFF, CLIENTS, REFERENCES_KEY)
+RESERVED = (DIFF, CLIENTS, REFERENCES_KEY, CONVERGENCE)
 #: the compared numbers where lower is better (all others: higher is better)
 LOWER_IS_BETTER = ("final.fairness.std", "final.wall_seconds")
 
@@ -226,6 +229,8 @@ class Comparison:
     diff: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     references: dict[str, str] = field(default_factory=dict)
     clients: dict[str, Any] = field(default_factory=dict)
+    #: ``{runspec: convergence}`` (:func:`fedkit_core.results.convergence.convergence`)
+    convergence: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -415,6 +420,7 @@ def write_summary(
     diff: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
     references: Mapping[str, str] | None = None,
     clients: Mapping[str, Any] | None = None,
+    converged: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> None:
     """``compare.md`` and ``compare.tex`` (the table and its notes, references marked;
     ``compare.md`` also the paired differences ``diff`` and the per-client tables of
@@ -430,6 +436,8 @@ def write_summary(
     headers = [metric_label(c) for c in columns]
     paragraphs = notes(table, main, seeds, views, references)
     parts = [*paragraphs, markdown_table(table, columns, headers=headers, labels=labels)]
+    if converged:
+        parts.append(convergence_note(converged))
     if diff:
         parts += [diff_note(next(iter(table)), seeds), rows_markdown(diff_rows(diff, columns))]
     if clients and clients["scores"]:
@@ -559,7 +567,11 @@ def compare(
     references = {spec: kind for spec, kind in kinds.items() if kind}
     chosen = reference or default_reference(list(runs), kinds)
     clients = clients_section(runs, main, chosen, seeds)
+    converged = {spec: convergence(seeds_runs) for spec, seeds_runs in runs.items()}
     summary = {**table, **({DIFF: diff} if diff else {}), CLIENTS: clients}
-    write_json(out / "compare.json", {**summary, REFERENCES_KEY: references})
-    write_summary(out, table, runs, main, seeds, diff, references, clients)
-    return Comparison(table, main, list(seeds), diff, references, clients)
+    write_json(
+        out / "compare.json",
+        {**summary, REFERENCES_KEY: references, CONVERGENCE: converged},
+    )
+    write_summary(out, table, runs, main, seeds, diff, references, clients, converged)
+    return Comparison(table, main, list(seeds), diff, references, clients, converged)
