@@ -252,7 +252,8 @@ def test_compare_two_runspecs_writes_table(tmp_path, tiny_yaml, capsys):
         == 0
     )
     table = json.loads((out / "compare.json").read_text())
-    assert set(table) == {"fedavg", str(tiny_yaml), "diff", "clients", "references"}
+    assert set(table) == {"fedavg", str(tiny_yaml), "diff", "clients", "references", "convergence"}
+    assert table["convergence"]["fedavg"]["converged"] is None  # one round: nothing to judge
     assert set(table["diff"]) == {str(tiny_yaml)}  # paired differences to the first runspec
     assert table["references"] == {} and table["clients"]["reference"] == "fedavg"
     entry = table["fedavg"]["final.global.bacc"]
