@@ -25,9 +25,23 @@ API specs (``--api``), one per API, for a classification public set:
 ``timm:<name>@FILE``             a timm classifier and its checkpoint
 ``open_clip:<name>@TAG_OR_FILE`` zero-shot CLIP with the prompts ``a photo of a <class>.``
                                  over the public set's class names
+``probe:<source>@FILE``          a frozen pretrained encoder (a prior source of
+                                 :mod:`fedkit_core.priors`: ``cifar-resnet56``,
+                                 ``timm:<name>``, ``torchvision:<name>``, with its
+                                 checkpoint) and a linear probe fitted on the public set's
+                                 labelled probe split, which is held out from the public
+                                 samples: answers in the public set's classes
+``probe:model:<name>``           the same on the core model builder's pretrained backbone
+                                 (``model=<name>``, ``pretrained=true``)
 ``precomputed:FILE``             probabilities computed elsewhere: ``.npy`` (P, K) or an
                                  ``.npz`` with ``probs``
 ================================ =========================================================
+
+The probe APIs are the offline stand-in for the paper's CLIP zero-shot APIs: like them they
+answer in the public label space and differ from each other, but they learn that space from
+the labelled probe split (by default the public task's ``val`` split; its ``train`` split is
+the public set), as the paper's section 4.4 fine-tunes its APIs on part of the medical
+public set. :func:`api_agreement` measures each API against the public labels.
 
 and for a segmentation public set (the public images go in as (N, C, H, W) floats in [0, 1]
 at the public size; the K per-pixel logits that come out are resized to it):
@@ -64,6 +78,7 @@ from fedkit_core.priors import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     FrozenEncoder,
+    frozen_encoder,
     load_matching,
     open_clip_model,
     open_clip_preprocess,
@@ -83,8 +98,11 @@ CIFAR10_CLASSES = (
 )
 API_HELP = (
     "cifar-resnet20@FILE .. cifar-resnet110@FILE, torchvision:<name>@FILE, timm:<name>@FILE, "
-    "open_clip:<name>@TAG_OR_FILE or precomputed:FILE"
+    "open_clip:<name>@TAG_OR_FILE, probe:<prior source>@FILE, probe:model:<name> or "
+    "precomputed:FILE"
 )
+#: the inverse L2 strengths a probe API chooses from (by cross-validation on the probe split)
+PROBE_CS = (0.001, 0.01, 0.1, 1.0)
 SEG_API_HELP = "torch:FILE, user:package.module:factory@FILE, otsu or precomputed:FILE"
 #: softness of the ``otsu`` stand-in's probabilities, in grey levels of [0, 1]
 OTSU_TEMPERATURE = 0.05
@@ -92,11 +110,14 @@ OTSU_TEMPERATURE = 0.05
 
 @dataclass
 class PublicSet:
-    """Public images (N, H, W, C) uint8, their labels (N,) or masks (N, H, W), class names."""
+    """Public images (N, H, W, C) uint8, their labels (N,) or masks (N, H, W), class names,
+    and ``probe``: a labelled split of the same source held out from these samples, on which
+    the ``probe:`` APIs fit their linear probes (``None``: none loaded)."""
 
     images: np.ndarray
     labels: np.ndarray
     classes: list[str]
+    probe: PublicSet | None = None
 
     @property
     def segmentation(self) -> bool:
@@ -122,10 +143,19 @@ class Knowledge:
         return self.probs.ndim == 5
 
 
-def load_public(source: str, sets: Sequence[str] = (), limit: int | None = None) -> PublicSet:
+def load_public(
+    source: str,
+    sets: Sequence[str] = (),
+    limit: int | None = None,
+    probe_splits: Sequence[str] = ("val",),
+) -> PublicSet:
     """The training split of a task (``source`` = task name, ``sets`` its ``key=value``
     options, e.g. ``task.image_size=64``) or of an ``.npz`` file (MedMNIST-style, or
-    ``images`` + ``masks`` for segmentation), at most ``limit`` samples (the first)."""
+    ``images`` + ``masks`` for segmentation), at most ``limit`` samples (the first).
+
+    ``probe_splits`` (``val``, ``test``) are pooled into ``PublicSet.probe``, the labelled
+    data the ``probe:`` APIs fit on: never the training split, whose samples are the public
+    set (a task without a val split carves it from train, ``task.val_fraction``)."""
     from fedkit_core.config import parse_sets
     from fedkit_core.resolve import resolve_config
     from fedkit_core.tasks.loading import load_task
@@ -144,13 +174,25 @@ def load_public(source: str, sets: Sequence[str] = (), limit: int | None = None)
     images = split.images
     if images.dim() != 4:
         raise FedkitError(f"public data {source!r} must hold 2D images, got {images.dim()}-D")
+    count = len(images) if limit is None else min(limit, len(images))
+    public = _public_set(images[:count], split.targets[:count], data)
+    unknown = sorted(set(probe_splits) - {"val", "test"})
+    if unknown:
+        raise FedkitError(f"probe splits must be val and/or test, got {unknown}")
+    parts = [data.pooled(name) for name in probe_splits]
+    parts = [p for p in parts if p is not None]
+    if parts and data.kind != "segmentation":
+        probe_images = torch.cat([p.images for p in parts])
+        public.probe = _public_set(probe_images, torch.cat([p.targets for p in parts]), data)
+    return public
+
+
+def _public_set(images: torch.Tensor, targets: torch.Tensor, data) -> PublicSet:
     if images.dtype != torch.uint8:
         images = (images.clamp(0, 1) * 255).round().to(torch.uint8)
-    count = len(images) if limit is None else min(limit, len(images))
-    labels = split.targets[:count].numpy()
     return PublicSet(
-        images[:count].permute(0, 2, 3, 1).contiguous().numpy(),
-        labels.astype(np.int16 if data.kind == "segmentation" else np.int64),
+        images.permute(0, 2, 3, 1).contiguous().numpy(),
+        targets.numpy().astype(np.int16 if data.kind == "segmentation" else np.int64),
         list(data.class_names),
     )
 
@@ -261,6 +303,8 @@ def _query(
     kind, _, rest = spec.partition(":")
     if kind == "precomputed":
         return _precomputed(rest, public)
+    if kind == "probe":
+        return _probe(rest, public, device, batch_size), list(public.classes)
     if kind == "open_clip":
         name, _, weights = rest.partition("@")
         net, size, mean, std = _open_clip_zero_shot(name, weights or None, public.classes)
@@ -276,6 +320,103 @@ def _query(
         x = images[start : start + batch_size].to(device).float() / 255.0
         out.append(F.softmax(encoder(x), dim=1).cpu())
     return torch.cat(out).numpy(), classes
+
+
+def _probe(source: str, public: PublicSet, device: torch.device, batch_size: int) -> np.ndarray:
+    """``probe:<source>``: a frozen encoder's features and a multinomial logistic regression
+    on them (standardised) fitted on the probe split; its class probabilities on every
+    public sample."""
+    encoder = _probe_encoder(source).to(device)
+    probe, k = public.probe, len(public.classes)
+    if probe is None or not (probe.labels >= 0).any():
+        raise FedkitError(
+            f"API 'probe:{source}' fits on a labelled probe split of the public set, and it "
+            "has none (the public source's val/test splits)"
+        )
+    known = probe.labels >= 0
+    if len(np.unique(probe.labels[known])) < 2:
+        raise FedkitError(f"API 'probe:{source}': the probe split holds fewer than 2 classes")
+    clf = fit_probe(_encode(encoder, probe.images, device, batch_size)[known], probe.labels[known])
+    seen = clf.predict_proba(_encode(encoder, public.images, device, batch_size))
+    probs = np.zeros((len(seen), k), np.float32)  # a class absent from the probe split: 0
+    probs[:, clf.classes_] = seen
+    return probs
+
+
+def fit_probe(features: np.ndarray, labels: np.ndarray):
+    """A linear probe: standardisation + L2 logistic regression, its inverse strength chosen
+    from :data:`PROBE_CS` by the log-loss of a stratified cross-validation (up to 5 folds,
+    fewer when a class has fewer samples; the largest C without one)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import log_loss
+    from sklearn.model_selection import StratifiedKFold
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    def probe(c: float):
+        return make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=3000))
+
+    folds = int(min(5, np.bincount(labels)[np.unique(labels)].min()))
+    best = PROBE_CS[-1]
+    if folds >= 2:
+        losses = []
+        for c in PROBE_CS:
+            split = StratifiedKFold(folds).split(features, labels)
+            fold_losses = []
+            for fit, held in split:
+                clf = probe(c).fit(features[fit], labels[fit])
+                proba = clf.predict_proba(features[held])
+                fold_losses.append(log_loss(labels[held], proba, labels=clf.classes_))
+            losses.append(np.mean(fold_losses))
+        best = PROBE_CS[int(np.argmin(losses))]
+    return probe(best).fit(features, labels)
+
+
+def _probe_encoder(source: str) -> FrozenEncoder:
+    """The frozen encoder of a ``probe:`` API: a prior source with its checkpoint, or the
+    core model builder's pretrained backbone (``model:<name>``, ImageNet normalisation at
+    the size of the timm model's pretrained config, 224 px by default)."""
+    if source.startswith("model:"):
+        from fedkit_core.models import build_backbone
+
+        name = source[len("model:") :]
+        net, dim = build_backbone(name, 3, pretrained=True)
+        cfg = getattr(net, "pretrained_cfg", {}) or {}
+        size = int(cfg.get("input_size", (3, 224, 224))[-1])
+        return FrozenEncoder(net, dim, size, IMAGENET_MEAN, IMAGENET_STD, f"probe:{source}")
+    name, weights = _split_weights(f"probe:{source}")
+    return frozen_encoder(name.partition(":")[2], weights)
+
+
+def _encode(
+    encoder: FrozenEncoder, images: np.ndarray, device: torch.device, batch_size: int
+) -> np.ndarray:
+    """Features (N, D) of (N, H, W, C) uint8 images."""
+    x = torch.from_numpy(images).permute(0, 3, 1, 2)
+    out = [
+        encoder(x[i : i + batch_size].to(device).float() / 255.0).cpu()
+        for i in range(0, len(x), batch_size)
+    ]
+    return torch.cat(out).numpy().astype(np.float64)
+
+
+def api_agreement(knowledge: Knowledge) -> dict[str, float]:
+    """How the APIs of a classification knowledge file answer: per API, the accuracy and
+    balanced accuracy of its argmax against the public labels (where known), and for every
+    pair the share of public samples on which their argmaxes differ."""
+    top = knowledge.probs.argmax(2)  # (P, M)
+    known = knowledge.labels >= 0
+    out: dict[str, float] = {}
+    for m, api in enumerate(knowledge.apis):
+        if known.any():
+            y, pred = knowledge.labels[known], top[known, m]
+            recalls = [(pred[y == c] == c).mean() for c in np.unique(y)]
+            out[f"{api} acc"] = float((pred == y).mean())
+            out[f"{api} bacc"] = float(np.mean(recalls))
+        for n in range(m + 1, len(knowledge.apis)):
+            key = f"{api} vs {knowledge.apis[n]} disagree"
+            out[key] = float((top[:, m] != top[:, n]).mean())
+    return out
 
 
 def _load_precomputed(path: str) -> tuple[np.ndarray, list[str] | None]:

@@ -7,7 +7,9 @@ import torch
 from fedkit_core.cli import main
 from fedkit_core.errors import FedkitError
 from fedkit_core.knowledge import (
+    Knowledge,
     PublicSet,
+    api_agreement,
     build_knowledge,
     fit_images,
     load_knowledge,
@@ -81,6 +83,96 @@ def test_torchvision_api_with_a_local_checkpoint(tmp_path):
     k = build_knowledge(public, specs)
     assert k.probs.shape == (3, 2, 3) and np.allclose(k.probs.sum(2), 1, atol=1e-5)
     assert not np.allclose(k.probs[:, 0], k.probs[:, 1])  # each checkpoint was loaded
+
+
+# --------------------------------------------------------------------------- probe APIs
+
+
+def bright_or_dark(n: int, seed: int, flip: bool = False) -> PublicSet:
+    """Grey 16 px images, class 1 bright and class 0 dark (``flip``: labelled the other way)."""
+    rng = np.random.default_rng(seed)
+    labels = np.arange(n) % 2
+    images = 40 + 150 * labels[:, None, None, None] + rng.integers(0, 40, (n, 16, 16, 1))
+    return PublicSet(images.astype(np.uint8), (labels ^ flip).astype(np.int64), ["dark", "bright"])
+
+
+def test_probe_api_learns_the_public_classes_from_the_held_out_split_only():
+    resnet = shared_data(*WEIGHTS.split("/"), "resnet20-12fca82f.th")
+    public = bright_or_dark(24, seed=0)
+    public.probe = bright_or_dark(20, seed=1)
+    k = build_knowledge(public, [f"probe:cifar-resnet20@{resnet}"])
+    assert k.probs.shape == (24, 1, 2) and np.allclose(k.probs.sum(2), 1, atol=1e-5)
+    assert k.classes == ["dark", "bright"] and (k.labels == public.labels).all()  # kept
+    assert api_agreement(k)[f"probe:cifar-resnet20@{resnet} acc"] == 1.0
+    public.probe = bright_or_dark(20, seed=1, flip=True)  # the probe split alone teaches it
+    flipped = build_knowledge(public, [f"probe:cifar-resnet20@{resnet}"])
+    assert (flipped.probs[:, 0].argmax(1) != public.labels).all()
+    public.probe = None
+    with pytest.raises(FedkitError, match="probe split"):
+        build_knowledge(public, [f"probe:cifar-resnet20@{resnet}"])
+    with pytest.raises(FedkitError, match="needs its checkpoint"):
+        build_knowledge(public, ["probe:cifar-resnet20"])
+
+
+def test_probe_on_the_model_builder_asks_for_its_pretrained_backbone(monkeypatch):
+    import fedkit_core.models as models
+
+    asked = []
+
+    def backbone(name, in_channels, pretrained=False):
+        asked.append((name, in_channels, pretrained))
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1)), 4
+
+    monkeypatch.setattr(models, "build_backbone", backbone)
+    public = bright_or_dark(8, seed=0)
+    public.probe = bright_or_dark(8, seed=1)
+    k = build_knowledge(public, ["probe:model:efficientnet_lite0"])
+    assert asked == [("efficientnet_lite0", 3, True)] and k.probs.shape == (8, 1, 2)
+
+
+def test_load_public_holds_the_probe_split_out_of_the_public_samples():
+    breast = shared_data("medmnist", "breastmnist.npz")
+    public = load_public(str(breast))
+    with np.load(breast) as f:
+        assert len(public.images) == len(f["train_images"]) == 546
+        assert (public.probe.images[..., 0] == f["val_images"]).all()  # val: 78 images
+        assert (public.probe.labels == f["val_labels"].reshape(-1)).all()
+    both = load_public(str(breast), probe_splits=("val", "test"))
+    assert len(both.probe.images) == 78 + 156
+    with pytest.raises(FedkitError, match="val and/or test"):
+        load_public(str(breast), probe_splits=("train",))
+
+
+def test_api_agreement_scores_each_api_and_each_pair():
+    labels = np.array([0, 1, 1, -1])
+    right = np.eye(2)[[0, 1, 1, 0]]
+    wrong = np.eye(2)[[1, 1, 0, 0]]
+    k = Knowledge(
+        np.zeros((4, 2, 2, 1), np.uint8),
+        np.stack([right, wrong], 1),
+        labels,
+        ["r", "w"],
+        ["a", "b"],
+    )
+    got = api_agreement(k)
+    assert got == {
+        "r acc": 1.0,
+        "r bacc": 1.0,
+        "r vs w disagree": 0.5,
+        "w acc": 1 / 3,
+        "w bacc": 0.25,  # recall 0 on class 0, 1/2 on class 1
+    }
+
+
+def test_cli_prints_how_the_apis_agree(tmp_path, capsys):
+    breast = shared_data("medmnist", "breastmnist.npz")
+    resnet = shared_data(*WEIGHTS.split("/"), "resnet20-12fca82f.th")
+    out = tmp_path / "k.npz"
+    args = ["knowledge", "build", "--public", str(breast), "--limit", "40", "--out", str(out)]
+    assert main([*args, "--api", f"probe:cifar-resnet20@{resnet}", "--probe-split", "val"]) == 0
+    printed = capsys.readouterr().out
+    assert "(40 with labels in the APIs' classes)" in printed and " bacc: " in printed
+    assert load_knowledge(out).probs.shape == (40, 1, 2)
 
 
 # --------------------------------------------------------------------------- segmentation

@@ -30,18 +30,26 @@ def build(
         ...,
         "--api",
         help="an API (repeatable): cifar-resnet20@FILE, torchvision:NAME@FILE, "
-        "timm:NAME@FILE, open_clip:NAME@TAG_OR_FILE, precomputed:FILE; for a segmentation "
+        "timm:NAME@FILE, open_clip:NAME@TAG_OR_FILE, probe:SOURCE@FILE (a frozen encoder "
+        "with a linear probe fitted on --probe-split), probe:model:NAME, precomputed:FILE; "
+        "for a segmentation "
         "public set: torch:FILE, user:MODULE:FACTORY@FILE, otsu (offline stand-in), "
         "precomputed:FILE",
     ),
     out: Path = typer.Option(..., "--out", "-o", help="the knowledge file to write (.npz)"),
     set_: list[str] = SetOpt,
     limit: int | None = typer.Option(None, "--limit", help="use the first N public samples"),
+    probe_split: list[str] = typer.Option(
+        ["val"],
+        "--probe-split",
+        help="the public source's labelled split(s) the probe: APIs fit on (val, test; "
+        "repeatable); held out from the public samples, which are its train split",
+    ),
 ) -> None:
     """Ask every API for class probabilities on every public sample; write them to --out."""
-    from fedkit_core.knowledge import build_knowledge, load_public, save_knowledge
+    from fedkit_core.knowledge import api_agreement, build_knowledge, load_public, save_knowledge
 
-    data = load_public(public, set_, limit)
+    data = load_public(public, set_, limit, probe_split)
     knowledge = build_knowledge(data, api)
     save_knowledge(knowledge, out)
     if knowledge.segmentation:
@@ -58,3 +66,5 @@ def build(
         f"{out}: {len(knowledge.images)} public samples x {len(api)} APIs x "
         f"{knowledge.num_classes} classes ({labelled} with labels in the APIs' classes)"
     )
+    for name, value in api_agreement(knowledge).items():
+        console.print(f"  {name}: {value:.3f}", highlight=False)

@@ -1,3 +1,3 @@
 """FedHelp (Wang and Lyu, 2024) as a fedkit plugin: see :mod:`fedkit_fedhelp.plugin`."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

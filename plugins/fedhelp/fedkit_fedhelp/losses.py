@@ -60,6 +60,28 @@ def surrogate_loss(
     return ce.sum() / known.sum() + lam * divergence
 
 
+def public_term(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    mixture: torch.Tensor,
+    lambda_r: float,
+    lambda_l: float,
+    weight: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The small client's public-data part of eq. 3 (eq. 8 per pixel): ``lambda_l * R``
+    with ``R = CE(surrogate(x_p), y_p) + lambda_r * KL(mixture || softmax(surrogate(x_p)))``
+    (eq. 1). Paper defaults (section 4.1.2): ``lambda_r`` (lambda_R) 0.1, ``lambda_l`` 0.2."""
+    return lambda_l * surrogate_loss(logits, labels, mixture, lambda_r, weight)
+
+
+def forward_kd(large: torch.Tensor, proxy: torch.Tensor, lambda_f: float) -> torch.Tensor:
+    """``lambda_F * KD_f`` (eq. 4, weighted as in eq. 7): ``KL(large || proxy)`` with the
+    large model as the teacher. Its gradient trains the proxy only: the large model is
+    detached (the paper: distilling the proxy into the large model "will introduce noise";
+    the large model learns from the proxy only through :func:`ranking_loss`)."""
+    return lambda_f * kl(large.detach(), proxy)
+
+
 def weighted_ce(
     logits: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor | None = None
 ) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""FedHelp's hooks: small and large clients, the small backbone as the only shared model.
+"""FedHelp's hooks: small and large clients, the small model as the only shared model.
 
 Roles (:mod:`fedkit_fedhelp.roles`): ``fedhelp.large_clients`` (ids), ``fedhelp.num_large``
 (the N largest, ranked by the server from the sizes FedAvg already receives; each client
@@ -7,32 +7,40 @@ learns only its own role) or ``fedhelp.large_min_size`` (each client from its ow
 Model (the ``model`` key is the small architecture, ResNet-20 in the paper; a U-Net with
 ``unet_channels`` for segmentation):
 
-* every party: the small backbone is the shared, aggregated model (FedAvg); the task head
-  ``head`` is private on every client (and absent from the global state), because the
-  paper's uploaded models (small clients' surrogates, large clients' proxies) only share
-  their feature extractor: their classification layers have different label spaces. (The
-  U-Net's head is the identity: the whole small U-Net is shared.)
-* small client: ``head`` is the private task head it serves; the surrogate head
-  ``extras.fedhelp_surrogate`` (public label space; a 1x1 convolution on the U-Net's
-  per-pixel scores for segmentation) and the per-sample contribution-score logits
-  ``extras.fedhelp_scores`` (P x M) are private too.
-* large client: backbone + ``head`` is the proxy; the large model ``extras.fedhelp_large``
-  (``fedhelp.large_model``: a built-in, timm or user model; a U-Net with
+* every party: the whole small model, backbone and task ``head``, is the shared model,
+  uploaded and averaged by FedAvg (paper section 3.5 and Algorithm 1: the small clients'
+  models and the large clients' proxies are uploaded and aggregated, and every client starts
+  each round from the global model).
+* small client: the surrogate head ``extras.fedhelp_surrogate`` (the auxiliary model's
+  public-label layer on the shared backbone; a 1x1 convolution on the U-Net's per-pixel
+  scores for segmentation) and the per-sample contribution-score logits
+  ``extras.fedhelp_scores`` (P x M) are private: they never leave the client.
+* large client: the small model is the proxy; the large model ``extras.fedhelp_large``
+  (``fedhelp.large_model``, built by the core's model builder with
+  ``fedhelp.large_pretrained``: a built-in, timm or user model; a U-Net with
   ``fedhelp.large_unet_channels`` for segmentation) is private and served.
 
 Losses per batch (paper eqs. 1-7; appendix A, eqs. 8-13, per pixel for segmentation):
 
-* small: ``lambda_r * [CE(surrogate(x_p), y_p) + lambda * KL(sum_m a_m F_m(x_p) ||
-  softmax(surrogate(x_p)))]`` on a public batch, ``a = softmax(scores[p])``.
-* large: proxy ``KL(large || proxy)``; large model ``task loss + lambda_f * KL(large || proxy)
-  + lambda_b * KD_b`` (the ranking loss over the proxy's top-|Q| classes).
+* small (eq. 3): the task loss on the small model + ``lambda_l * R`` on a public batch, with
+  (eq. 1) ``R = CE(surrogate(x_p), y_p) + lambda_r * KL(sum_m a_m F_m(x_p) ||
+  softmax(surrogate(x_p)))``, ``a = softmax(scores[p])``.
+* large (eq. 7, each term's gradient to the model it teaches): the proxy's task loss +
+  ``lambda_f * KL(large || proxy)`` (KD_f, large detached: it trains the proxy only); the
+  large model's task loss + ``lambda_b * KD_b`` (the ranking loss over the proxy's top-|Q|
+  classes, proxy detached).
 * segmentation: the task loss is the per-pixel CE weighted by the U-Net weight map of the
   mask (eq. 11, ``fedkit_core.losses.weight_maps``), and so is R (eq. 8, with the public
   masks' maps); KD_f and KD_b are plain per-pixel means (eqs. 12-13).
 
-Evaluation: view ``served`` (small: private head; large: large model) scores the clients;
-view ``small`` is every client's small-architecture model. There is no common model, so the
-pooled ``global`` scope is empty; ``views.served.global`` pools what each client serves.
+Optimiser: the contribution scores form their own parameter group (``fedkit_param_groups``)
+with the learning rate ``fedhelp.score_lr``: each score row is a per-sample parameter whose
+gradient is scaled by ``lambda_l * lambda_r / batch_size``, far too small for the network's
+rate to move it.
+
+Evaluation: the built-in ``global`` view (the received, averaged small model) is scored on
+every client and pooled; view ``served`` scores the clients with what each serves (small:
+the global small model it holds at the end of the round; large: its large model).
 """
 
 from __future__ import annotations
@@ -61,7 +69,12 @@ from fedkit_fedhelp.roles import LARGE, is_large
 
 SURROGATE = "fedhelp_surrogate"
 SCORES = "fedhelp_scores"
-SERVED, SMALL = "served", "small"
+SERVED = "served"
+#: ``fedhelp.score_lr`` left empty, SGD: the rate that moves a score row, at each visit, by
+#: this much times its per-sample gradient of ``KL`` (momentum included)
+SCORE_STEP = 1.0
+#: ``fedhelp.score_lr`` left empty, Adam/AdamW (whose steps do not scale with the gradient)
+ADAM_SCORE_LR = 0.1
 
 
 class Scores(nn.Module):
@@ -107,15 +120,33 @@ def fedkit_options():
             "the large clients' private model (auto: resnet110, or a U-Net for segmentation)",
         ),
         Option(
+            "large_pretrained",
+            bool,
+            False,
+            "build the large model with its pretrained weights (the core model builder's "
+            "`pretrained`, as the `model` and `pretrained` keys do for the small model)",
+        ),
+        Option(
             "large_unet_channels",
             "list[int]",
             [32, 64, 128, 256],
             "channels of the large U-Net (segmentation)",
         ),
-        Option("lambda_r", float, 0.1, "weight of the public-data term R (lambda_R)", min=0.0),
-        Option("lambda_kl", float, 0.2, "weight of the API KL inside R (lambda)", min=0.0),
-        Option("lambda_f", float, 1.0, "forward distillation weight (lambda_F)", min=0.0),
-        Option("lambda_b", float, 0.2, "backward ranking distillation weight (lambda_B)", min=0.0),
+        Option("lambda_r", float, 0.1, "lambda_R: weight of the API KL inside R (eq. 1)", min=0.0),
+        Option("lambda_l", float, 0.2, "lambda_l: weight of R in the small loss (eq. 3)", min=0.0),
+        Option(
+            "score_lr",
+            float,
+            None,
+            "learning rate of the contribution-score logits (their own optimiser group; "
+            "follows the lr schedule); empty: batch_size * (1 - momentum) / (lambda_l * "
+            "lambda_r) with SGD, 0.1 with Adam/AdamW",
+            min=0.0,
+        ),
+        Option("lambda_f", float, 1.0, "lambda_F: weight of KD_f on the proxy (eq. 7)", min=0.0),
+        Option(
+            "lambda_b", float, 0.2, "lambda_B: weight of KD_b on the large model (eq. 7)", min=0.0
+        ),
         Option("top_q", int, 0, "|Q| of KD_b; 0: 3 multi-class, 1 binary", min=0),
         Option("w0", float, 10.0, "segmentation: weight of the maps' border term", min=0.0),
         Option("sigma", float, 5.0, "segmentation: width of the maps' border term", min=1e-6),
@@ -185,7 +216,6 @@ def _resize_maps(probs: torch.Tensor, size) -> torch.Tensor:
 
 @hookimpl
 def fedkit_extend_model(model, ctx):
-    model.mark_private("head")
     if ctx.client_id is None:
         return
     role = roles.known_at_setup(ctx)
@@ -203,10 +233,12 @@ def fedkit_extend_model(model, ctx):
 def _large_model(ctx) -> nn.Module:
     opts = ctx.options()
     name = opts["large_model"]
+    pretrained = opts["large_pretrained"]
     if ctx.task.kind == SEGMENTATION:
         name = "unet" if name == "auto" else name
-        return build_model(ctx.task, name, unet_channels=tuple(opts["large_unet_channels"]))
-    return build_model(ctx.task, "resnet110" if name == "auto" else name)
+        channels = tuple(opts["large_unet_channels"])
+        return build_model(ctx.task, name, pretrained=pretrained, unet_channels=channels)
+    return build_model(ctx.task, "resnet110" if name == "auto" else name, pretrained=pretrained)
 
 
 def _surrogate(model, ctx, classes: int) -> nn.Module:
@@ -224,6 +256,36 @@ def _surrogate(model, ctx, classes: int) -> nn.Module:
             conv.weight.copy_(torch.eye(classes).view(classes, classes, 1, 1))
             conv.bias.zero_()
     return conv
+
+
+@hookimpl
+def fedkit_param_groups(client):
+    """The contribution scores' own group: rate ``score_lr`` (scaled with the round's rate
+    when the run has an lr schedule), no weight decay (it would pull them to uniform)."""
+    if SCORES not in client.model.extras:
+        return None
+    base = client.config["lr"]
+    if base <= 0:
+        raise FedkitError(f"fedhelp.score_lr follows the lr schedule; lr is {base}")
+    params = list(client.model.extras[SCORES].parameters())
+    return [{"params": params, "lr_scale": score_lr(client) / base, "weight_decay": 0.0}]
+
+
+def score_lr(client) -> float:
+    """``fedhelp.score_lr``, or by default: with SGD, the rate at which one visit of a
+    public sample moves its score row by ``SCORE_STEP`` times its per-sample gradient of the
+    KL (a row's gradient is scaled by ``lambda_l * lambda_r / batch_size``; momentum ``mu``
+    multiplies a step by ``1 / (1 - mu)``); with Adam/AdamW, whose steps do not scale with
+    the gradient, :data:`ADAM_SCORE_LR`."""
+    opts, cfg = client.options(), client.config
+    if opts["score_lr"] is not None:
+        return opts["score_lr"]
+    if cfg["optimizer"] != "sgd":
+        return ADAM_SCORE_LR
+    weight = opts["lambda_l"] * opts["lambda_r"]
+    if weight <= 0:  # no gradient reaches the scores
+        return cfg["lr"]
+    return SCORE_STEP * cfg["batch_size"] * (1.0 - min(cfg["momentum"], 0.99)) / weight
 
 
 @hookimpl
@@ -263,7 +325,8 @@ def fedkit_loss_terms(client, batch, outputs):
 
 
 def _small_terms(client) -> dict[str, torch.Tensor]:
-    """``lambda_r * R`` on one public batch drawn with the client's round generator."""
+    """``lambda_l * R`` (eqs. 1, 3) on one public batch drawn with the client's round
+    generator."""
     opts, model, priors = client.options(), client.model, client.priors
     public = priors["fedhelp.public"]
     index = torch.randint(len(public), (client.config["batch_size"],), generator=client.rng)
@@ -273,27 +336,29 @@ def _small_terms(client) -> dict[str, torch.Tensor]:
     labels = priors["fedhelp.labels"][index].to(client.device).long()
     weight = _weights(client, labels) if client.task.kind == SEGMENTATION else None
     mixture = losses.api_mixture(model.extras[SCORES].logits[index.to(client.device)], probs)
-    r = losses.surrogate_loss(logits, labels, mixture, opts["lambda_kl"], weight)
-    return {"fedhelp.public": opts["lambda_r"] * r}
+    term = losses.public_term(logits, labels, mixture, opts["lambda_r"], opts["lambda_l"], weight)
+    return {"fedhelp.public": term}
 
 
 def _large_terms(client, batch, outputs) -> dict[str, torch.Tensor]:
-    """Proxy: ``KL(large || proxy)``; large: its task loss, ``lambda_f KD_f``, ``lambda_b KD_b``."""
+    """Eq. 7 beside the proxy's task loss (the built-in ``task`` term): ``lambda_f KD_f``
+    (trains the proxy only), the large model's task loss and ``lambda_b KD_b`` (train the
+    large model only)."""
     opts = client.options()
     proxy, large = outputs["logits"], outputs[LARGE]
     top = opts["top_q"] or (3 if client.task.num_classes > 2 else 1)
     return {
-        "fedhelp.proxy_kd": losses.kl(large.detach(), proxy),
+        "fedhelp.kd_f": losses.forward_kd(large, proxy, opts["lambda_f"]),
         "fedhelp.large_task": client.task_loss(batch, {"logits": large}),
-        "fedhelp.kd_f": opts["lambda_f"] * losses.kl(large, proxy.detach()),
         "fedhelp.kd_b": opts["lambda_b"] * losses.ranking_loss(large, proxy, top),
     }
 
 
 @hookimpl
 def fedkit_eval_views(client):
-    """No common model (``global`` removed); ``served`` and every client's ``small`` model."""
-    return {"global": None, SERVED: LARGE if is_large(client) else "logits", SMALL: "logits"}
+    """``served``: the large model on large clients, the global small model on small ones
+    (the built-in ``global`` view stays: the averaged small model on every client)."""
+    return {SERVED: LARGE if is_large(client) else "logits"}
 
 
 @hookimpl

@@ -53,33 +53,49 @@ def config(knowledge, **overrides):
     )
 
 
-def test_only_the_small_backbone_is_uploaded_and_clients_serve_their_own_models(
+def test_the_whole_small_model_is_averaged_and_private_parts_never_leave_a_client(
     knowledge_file, messages
 ):
     spy = Spy()
     results = run(config(knowledge_file), plugins={"spy": spy})
     uploads = [reply.arrays for _, _, reply in messages if reply.kind == "fit"]
     assert len(uploads) == 2 * 3
-    for upload in uploads:
-        assert upload and all(k.startswith("backbone.") for k in upload)
+    for upload in uploads:  # backbone and task head of the small model (the proxy on site0)
+        assert {k.split(".")[0] for k in upload} == {"backbone", "head"}
+        assert upload["head.weight"].shape == (4, 64)  # ResNet-20's 64 features, 4 classes
         params = sum(
             v.numel() for k, v in upload.items() if "running" not in k and "num_b" not in k
         )
-        assert params < 0.3e6  # ResNet-20's feature extractor, not the ResNet-32
+        assert params < 0.3e6  # ResNet-20, not the ResNet-32
+    downs = [m.arrays for _, m, _ in messages if m.kind == "fit"]
+    assert all("head.weight" in arrays for arrays in downs)  # the global state has the head
+    round2 = [
+        (cid, m.arrays) for cid, m, _ in messages if m.kind == "fit" and m.scalars["round"] == 2
+    ]
+    for _, arrays in round2:  # every client starts round 2 from the same averaged model
+        assert torch.equal(arrays["head.weight"], round2[0][1]["head.weight"])
+    for _, message, reply in messages:  # surrogate, scores, large model: in no message
+        for arrays in (message.arrays, reply.arrays):
+            assert not any("extras" in k or "fedhelp" in k for k in arrays)
     final = results.final
-    assert final["global"] == {}
+    assert final["global"]["bacc"] >= 0  # the averaged small model, pooled
     assert set(final["clients"]) == {"site0", "site1", "site2"}
     served = final["views"]["served"]["clients"]
-    small = final["views"]["small"]["clients"]
-    assert served["site1"] == small["site1"]  # a small client serves its small model
+    averaged = final["views"]["global"]["clients"]
+    assert served["site1"] == averaged["site1"]  # a small client serves the global model
+    assert served["site0"] != averaged["site0"]  # the large client its large model
     assert final["clients"]["site0"] == served["site0"]
     train = results.rounds[-1]["train"]
-    assert "loss.fedhelp.kd_b" in train["site0"] and "loss.fedhelp.public" not in train["site0"]
+    assert {"loss.fedhelp.kd_f", "loss.fedhelp.kd_b", "loss.fedhelp.large_task"} <= set(
+        train["site0"]
+    )
+    assert "loss.fedhelp.public" not in train["site0"]
     assert "loss.fedhelp.public" in train["site1"] and "loss.fedhelp.kd_b" not in train["site1"]
     # private parts: the large model on the large client only, scores learned, all kept
     small, large = spy.end[1, "site1"], spy.end[1, "site0"]
     assert any(k.startswith(f"extras.{fh.LARGE}.") for k in large)
     assert not any(k.startswith(f"extras.{fh.SURROGATE}.") for k in large)
+    assert not any(k.startswith("head.") for k in small)  # the head is shared, not private
     scores = small[f"extras.{fh.SCORES}.logits"]
     assert scores.shape == (12, 2) and scores.abs().sum() > 0  # learned from zeros
     for cid in ("site0", "site1"):
@@ -129,7 +145,7 @@ def test_num_large_the_server_ranks_reported_sizes_each_client_learns_its_role(
         assert not any(k.startswith("payload/") for k in message.arrays)
         others = {v for c, v in sizes.items() if c != cid}
         assert not others & {v for v in message.scalars.values() if isinstance(v, int)}
-        assert all(k.startswith("backbone.") for k in message.arrays)  # no sizes in arrays
+        assert all(k.split(".")[0] in ("backbone", "head") for k in message.arrays)  # no sizes
 
 
 def test_role_options_are_exclusive(knowledge_file):
@@ -138,3 +154,18 @@ def test_role_options_are_exclusive(knowledge_file):
         run(tiny(plugins=["fedhelp"], fedhelp={**base, "num_large": 1, "large_clients": ["x"]}))
     with pytest.raises(FedkitError, match="leaves no small client"):
         run(tiny(plugins=["fedhelp"], fedhelp={**base, "num_large": 3}))
+
+
+def test_large_pretrained_asks_the_core_model_builder(knowledge_file, monkeypatch):
+    asked = []
+    build = fh.build_model
+
+    def recording(task, name, pretrained=False, **kwargs):
+        asked.append((name, pretrained))
+        return build(task, name, **kwargs)  # random weights: no hub offline
+
+    monkeypatch.setattr(fh, "build_model", recording)
+    cfg = config(knowledge_file, rounds=1)
+    cfg["fedhelp"]["large_pretrained"] = True
+    run(cfg)
+    assert asked == [("resnet32", True)]  # on the large client only

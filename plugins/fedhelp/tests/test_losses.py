@@ -1,5 +1,8 @@
 """FedHelp's loss terms against the paper's formulas, including KD_b's sign."""
 
+import math
+
+import pytest
 import torch
 import torch.nn.functional as F
 from fedkit_fedhelp import losses
@@ -94,3 +97,32 @@ def test_per_pixel_surrogate_loss_weights_ce_and_kl_and_mixes_per_sample():
     kl = ((mix * (mix.log() - log_q)).sum(1) * weight).mean()
     got = losses.surrogate_loss(logits, labels, mix, 0.2, weight)
     assert torch.allclose(got, ce + 0.2 * kl, atol=1e-6)
+
+
+def test_public_term_places_lambda_r_inside_r_and_lambda_l_on_r():
+    # one public sample: surrogate softmax (1/4, 3/4), label 1, API mixture (1/2, 1/2)
+    logits = torch.tensor([[0.0, math.log(3.0)]])
+    labels = torch.tensor([1])
+    mixture = torch.tensor([[0.5, 0.5]])
+    ce = -math.log(0.75)
+    kl = 0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75)
+    got = losses.public_term(logits, labels, mixture, lambda_r=0.1, lambda_l=0.2)
+    assert got.item() == pytest.approx(0.2 * (ce + 0.1 * kl), rel=1e-6)  # eqs. 1 and 3
+    swapped = losses.public_term(logits, labels, mixture, lambda_r=0.2, lambda_l=0.1)
+    assert abs(swapped.item() - got.item()) > 1e-3  # the old placement gives another value
+
+
+def test_forward_kd_trains_the_proxy_only_with_the_large_model_as_teacher():
+    torch.manual_seed(0)
+    large_net, proxy_net = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
+    x = torch.randn(6, 4)
+    large, proxy = large_net(x), proxy_net(x)
+    term = losses.forward_kd(large, proxy, lambda_f=0.5)
+    assert torch.allclose(term, 0.5 * losses.kl(large, proxy))  # KL(large || proxy), lambda_F
+    term.backward()
+    assert large_net.weight.grad is None and large_net.bias.grad is None
+    assert proxy_net.weight.grad.abs().sum() > 0
+    with torch.no_grad():  # a step on the proxy brings it closer to the large model
+        proxy_net.weight -= 0.5 * proxy_net.weight.grad
+        proxy_net.bias -= 0.5 * proxy_net.bias.grad
+    assert losses.kl(large.detach(), proxy_net(x)) < term / 0.5

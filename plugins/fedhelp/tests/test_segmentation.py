@@ -56,5 +56,6 @@ def test_segmentation_variant_uploads_the_small_unet_only(seg_knowledge, monkeyp
     final = results.final
     assert set(final["clients"]) == {"site0", "site1", "site2"}
     assert "dice" in final["clients"]["site0"]
-    served, small = (final["views"][v]["clients"]["site0"] for v in ("served", "small"))
+    served, small = (final["views"][v]["clients"]["site0"] for v in ("served", "global"))
     assert served != small  # the large client serves its large U-Net
+    assert final["global"]  # the averaged small U-Net, pooled over the clients' test sets
