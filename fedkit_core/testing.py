@@ -3,6 +3,8 @@
 * :func:`shared_data` finds the real data sets under ``../shared/data`` (or
   ``$FEDKIT_SHARED_DATA``) and skips the test with a clear reason when they are absent.
 * :func:`tiny` / :func:`tiny_seg` give configs that run a whole federation in seconds.
+* :func:`tiny_npz` writes a small MedMNIST-style file; :func:`tiny_pretrained` a config
+  training the offline ImageNet EfficientNet-Lite0 on it (needs ``fedkit[pretrained]``).
 * :class:`InterruptAfter` stops a run after a round, as Ctrl-C would (to test resuming).
 """
 
@@ -63,6 +65,41 @@ def tiny_seg(**overrides: Any) -> dict[str, Any]:
         "unet_channels": [8, 16, 32],
         "rounds": 2,
         "batch_size": 4,
+        "checkpoint": False,
+    }
+    return _merge(config, overrides)
+
+
+def tiny_npz(
+    folder: str | Path, n: int = 48, size: int = 28, channels: int = 1, seed: int = 0
+) -> Path:
+    """A MedMNIST-style ``tiny.npz`` in ``folder`` (train ``n``, val and test ``n // 3`` uint8
+    images of ``size`` px, two classes told apart by brightness); its path."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for split, count in (("train", n), ("val", n // 3), ("test", n // 3)):
+        labels = np.arange(count) % 2
+        shape = (count, size, size) + ((channels,) if channels == 3 else ())
+        brighter = 100 * labels.reshape((-1,) + (1,) * (len(shape) - 1))
+        arrays[f"{split}_images"] = (rng.integers(0, 120, size=shape) + brighter).astype(np.uint8)
+        arrays[f"{split}_labels"] = labels.reshape(-1, 1)
+    path = Path(folder) / "tiny.npz"
+    np.savez(path, **arrays)
+    return path
+
+
+def tiny_pretrained(folder: str | Path, **overrides: Any) -> dict[str, Any]:
+    """One round of the pretrained EfficientNet-Lite0 at 32 px on :func:`tiny_npz`, 2 clients:
+    a method's smoke test with the backbone its paper fine-tunes (a few seconds)."""
+    config: dict[str, Any] = {
+        "task": {"name": "npz", "path": str(tiny_npz(folder)), "image_size": 32},
+        "model": "efficientnet_lite0",
+        "pretrained": True,
+        "clients": 2,
+        "rounds": 1,
+        "batch_size": 8,
         "checkpoint": False,
     }
     return _merge(config, overrides)

@@ -49,11 +49,14 @@ CLASS_COUNTS = "class_counts"
 
 
 def build_model(plugins: PluginSet, ctx: ServerContext | ClientContext) -> FedModel:
-    """The model for one party: the exclusive builder, then every plugin's extension."""
+    """The model for one party: the exclusive builder, then every plugin's extension, then
+    the ``freeze`` config key (:meth:`FedModel.freeze`)."""
     model = plugins.hook.fedkit_build_model(ctx=ctx)
     if not isinstance(model, FedModel):
         raise FedkitError(f"fedkit_build_model returned {type(model).__name__}, not a FedModel")
     plugins.hook.fedkit_extend_model(model=model, ctx=ctx)
+    if ctx.config["freeze"]:
+        model.freeze(ctx.config["freeze"])
     return model
 
 

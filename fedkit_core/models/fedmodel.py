@@ -6,7 +6,8 @@ model). The forward pass returns a dict: ``"features"``, ``"logits"`` and one en
 
 State entries under a *private* prefix never leave the client: they are excluded from
 :meth:`shared_state` (what is uploaded, aggregated and checkpointed globally) and kept in
-the client's own state across rounds.
+the client's own state across rounds. Modules under a *frozen* prefix (:meth:`freeze`, the
+``freeze`` config key) are not trained and stay in eval mode.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class FedModel(nn.Module):
         self._extra_inputs: dict[str, str] = {}
         self._eval_only: set[str] = set()
         self._private: list[str] = []
+        self._frozen: list[str] = []
 
     def add_extra(
         self,
@@ -69,7 +71,45 @@ class FedModel(nn.Module):
             self._private.append(prefix)
 
     def is_private(self, key: str) -> bool:
-        return any(key == p or key.startswith(p + ".") for p in self._private)
+        return _under(key, self._private)
+
+    def freeze(self, prefixes: list[str] | tuple[str, ...]) -> None:
+        """Stop training every module whose name starts with one of ``prefixes`` (e.g.
+        ``backbone.net.blocks.0``): its parameters get ``requires_grad=False`` and it stays
+        in eval mode, so its batch norms use and keep their (pretrained) running statistics
+        and its dropout is off. Frozen entries stay identical on every client (each starts
+        from the same global model and none changes them), so aggregating them returns them
+        unchanged. A prefix that names no parameter is an error listing the model's parts.
+        """
+        names = [n for n, _ in self.named_parameters()]
+        for prefix in prefixes:
+            if not any(_under(n, [prefix]) for n in names):
+                parts = sorted({n.rsplit(".", 2)[0] for n in names})
+                raise FedkitError(
+                    f"freeze: {prefix!r} names no parameter of the model; its parts include "
+                    f"{', '.join(parts[:12])}{' ...' if len(parts) > 12 else ''}"
+                )
+            if prefix not in self._frozen:
+                self._frozen.append(prefix)
+        for name, param in self.named_parameters():
+            if _under(name, self._frozen):
+                param.requires_grad_(False)
+        self.train(self.training)
+
+    @property
+    def frozen(self) -> tuple[str, ...]:
+        """The frozen prefixes (:meth:`freeze`)."""
+        return tuple(self._frozen)
+
+    def train(self, mode: bool = True) -> FedModel:
+        """Set the training mode; frozen modules stay in eval mode."""
+        super().train(mode)
+        frozen = getattr(self, "_frozen", [])
+        if mode and frozen:
+            for name, module in self.named_modules():
+                if _under(name, frozen):
+                    module.train(False)
+        return self
 
     def forward(self, x: torch.Tensor) -> dict[str, Any]:
         features = self.backbone(x)
@@ -123,6 +163,11 @@ class FedModel(nn.Module):
                         f"this model {tuple(state[key].shape)}"
                     )
                 state[key].copy_(value)
+
+
+def _under(key: str, prefixes: list[str]) -> bool:
+    """Whether the dotted name ``key`` is one of ``prefixes`` or lies under one."""
+    return any(key == p or key.startswith(p + ".") for p in prefixes)
 
 
 def _host_copy(tensor: torch.Tensor) -> torch.Tensor:

@@ -113,6 +113,17 @@ class Normalizer:
         x = images.float()
         if images.dtype == torch.uint8:
             x = x / 255.0
+        mean, std = self._statistics(x)
+        return (x - mean) / std
+
+    def invert(self, x: torch.Tensor) -> torch.Tensor:
+        """Undo the normalisation: images back in [0, 1] (uint8 data) or at their stored
+        scale (float data), in ``x``'s dtype."""
+        mean, std = self._statistics(x)
+        return x * std.to(x.dtype) + mean.to(x.dtype)
+
+    def _statistics(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The mean and std, shaped to broadcast over ``x``, on its device (made once)."""
         key = (x.device, x.dim())
         if key not in self._tensors:
             shape = (1, -1) + (1,) * (x.dim() - 2)
@@ -120,8 +131,7 @@ class Normalizer:
                 torch.tensor(self.mean, device=x.device).view(shape),
                 torch.tensor(self.std, device=x.device).view(shape),
             )
-        mean, std = self._tensors[key]
-        return (x - mean) / std
+        return self._tensors[key]
 
 
 Augment = Callable[

