@@ -8,7 +8,8 @@ round: ``round``, ``sampled``, ``train`` losses per client, ``bytes`` ({client i
 ``global`` and ``clients`` are then empty, as in a round not evaluated, and the other test
 scopes absent), ``global``, ``clients``, ``clients_mean``, ``fairness``, ``summary``,
 ``views`` ({view: {"global", "clients"}}) on the test split plus the same under ``val``),
-``setup_bytes``, ``events`` (client failures), ``priors`` (each server prior sent to the
+``privacy`` (a DP run's ``epsilon`` after the round, at ``delta``, and the mechanism's
+per-round values), ``setup_bytes``, ``events`` (client failures), ``priors`` (each server prior sent to the
 clients at setup: ``shape``, ``dtype`` and the ``sha256`` of its bytes, so frozen knowledge
 such as FedCB's text statistics is identifiable) and ``final``.
 
@@ -16,7 +17,9 @@ such as FedCB's text statistics is identifiable) and ``final``.
 ``global``, ``clients``, ``clients_mean``, ``fairness`` (``std`` and ``worst`` of the main
 metric across clients), ``summary``, ``views``; ``best`` (the round with the best pooled
 validation main metric, or the best clients' mean where no pooled global view exists, and
-its test scopes), ``bytes`` (totals down and up, setup included) and ``wall_seconds``.
+its test scopes), ``bytes`` (totals down and up, setup included), ``wall_seconds`` and, in a
+DP run, ``privacy`` (the mechanism, its parameters, ``epsilon`` spent at ``delta``, what
+evaluation reveals; see docs/privacy.md).
 """
 
 from __future__ import annotations
@@ -117,6 +120,7 @@ def build_results(
     wall_seconds: float,
     setup_bytes: Mapping[str, Mapping[str, int]] | None = None,
     priors: Mapping[str, torch.Tensor] | None = None,
+    privacy: Mapping[str, Any] | None = None,
 ) -> Results:
     main = task["main_metric"]
     setup_bytes = dict(setup_bytes or {})
@@ -134,6 +138,8 @@ def build_results(
         best = _best(evaluated, main)
         if best is not None:
             final["best"] = best
+    if privacy is not None:  # differential privacy: the mechanism and the epsilon spent
+        final["privacy"] = dict(privacy)
     return Results(
         status=status,
         config=dict(config),
@@ -253,6 +259,8 @@ def _csv_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     for split, scopes in (*splits, ("val", record.get("val", {}))):
         fair = scopes.get("fairness", {})
         base = {"round": record["round"], "split": split}
+        if "privacy" in record:  # differential privacy: epsilon spent after the round
+            base["epsilon"] = record["privacy"]["epsilon"]
         rows.append({**base, "scope": "global", **scopes.get("global", {})})
         rows.append(
             {
