@@ -106,12 +106,19 @@ class ClientAccountant:
         steps = self.state["steps"] if steps is None else steps
         return accounting.epsilon(self.mechanism(), steps, self.delta, self.kind)
 
-    def check_budget(self) -> None:
-        """Refuse a round the budget cannot pay for (``dp.on_target=stop``)."""
-        if self.target is not None and self.epsilon(self.state["steps"] + self.steps) > self.target:
+    def check_budget(self, client: str) -> None:
+        """Refuse a round the budget cannot pay for (``dp.on_target=stop``; the server stops
+        the run after the last round a client's budget pays for, so this is the first)."""
+        if self.target is None or self.config["dp.on_target"] != "stop":
+            return
+        after = self.epsilon(self.state["steps"] + self.steps)
+        if after > self.target:
             raise FedkitError(
-                f"this client's privacy budget (epsilon {self.target}) cannot pay for another "
-                "round; the server should have stopped the run"
+                f"dp.target_epsilon={self.target} does not pay for round "
+                f"{self.state['steps'] // self.steps + 1} of DP-SGD on client {client!r} "
+                f"(epsilon {after:.3g} at delta {self.delta} with noise multiplier "
+                f"{self.sigma}, sample rate {self.rate:.3g}, {self.steps} steps a round); "
+                "raise dp.noise_multiplier or the budget"
             )
 
     def spend(self) -> None:
@@ -139,7 +146,7 @@ class DPSGD:
         config = client.config
         n = len(client.data["train"])
         self.accountant = ClientAccountant(config, n, client.states.setdefault("dp", {}))
-        self.accountant.check_budget()
+        self.accountant.check_budget(client.id)
         self.module = GradSampleModule(client.model, loss_reduction="mean", strict=False)
         generator = torch.Generator(device=client.device)
         generator.manual_seed(derive_seed(config["seed"], "dp-sgd", client.round, client.id))
