@@ -41,13 +41,18 @@ VARIANTS = {
 }
 
 
-def worker(variant: str, sites: Path, seed: int, report: Path) -> None:
+def worker(variant: str, sites: Path, seed: int, rounds: int, report: Path) -> None:
     import torch
 
     from fedkit_core import run
 
     torch.set_num_threads(anchor_job.THREADS)
-    config = {**anchor_job.fedkit_config(sites, seed, "local"), **VARIANTS[variant]}
+    config = {
+        **anchor_job.fedkit_config(sites, seed, "local"),
+        "rounds": rounds,
+        "eval_every": rounds,
+        **VARIANTS[variant],
+    }
     results = run(config)
     report.write_text(
         json.dumps(
@@ -60,13 +65,13 @@ def worker(variant: str, sites: Path, seed: int, report: Path) -> None:
     )
 
 
-def measure(variant: str, sites: Path, seed: int) -> dict:
+def measure(variant: str, sites: Path, seed: int, rounds: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         start = time.perf_counter()
         subprocess.run(
             [sys.executable, __file__, "--worker", variant, "--sites", str(sites),
-             "--seed", str(seed), "--report", str(report)],
+             "--seed", str(seed), "--rounds", str(rounds), "--report", str(report)],
             check=True,
             cwd=HERE,
         )  # fmt: skip
@@ -83,13 +88,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--rounds", type=int, default=anchor_job.ROUNDS, help="rounds per run (steady: 2..n-1)"
+    )
     parser.add_argument("--data", type=Path, default=anchor_job.DATA)
     parser.add_argument("--worker", choices=list(VARIANTS), help=argparse.SUPPRESS)
     parser.add_argument("--sites", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--report", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.sites, args.seed, args.report)
+        worker(args.worker, args.sites, args.seed, args.rounds, args.report)
         return
     variants = [v for v in args.variants.split(",") if v]
     repeats: list[dict[str, dict]] = []
@@ -98,7 +106,7 @@ def main() -> None:
         for k in range(args.repeats):
             repeats.append({})
             for variant in variants:  # alternating: load drift spreads over every variant
-                r = measure(variant, sites, args.seed)
+                r = measure(variant, sites, args.seed, args.rounds)
                 repeats[-1][variant] = r
                 print(
                     f"  [{k + 1}/{args.repeats}] {variant}: wall {r['wall']:.1f} s, round "
@@ -106,7 +114,7 @@ def main() -> None:
                     file=sys.stderr,
                 )
     print(
-        f"dp cost on the anchor job: {anchor_job.CLIENTS} clients, {anchor_job.ROUNDS} rounds, "
+        f"dp cost on the anchor job: {anchor_job.CLIENTS} clients, {args.rounds} rounds, "
         f"medians of {args.repeats} repeats"
     )
     print(f"{'variant':8s} {'wall s':>8s} {'round s':>8s} {'accuracy':>9s} {'epsilon':>8s}")

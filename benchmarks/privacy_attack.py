@@ -24,6 +24,22 @@ sys.path.insert(0, str(HERE))
 import anchor_job  # noqa: E402
 
 
+def keep_per_client(sites: Path, keep: int) -> Path:
+    """The sites file with only the first ``keep`` training images of each client."""
+    import numpy as np
+
+    with np.load(sites) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    chosen = np.concatenate(
+        [np.flatnonzero(arrays["site"] == s)[:keep] for s in dict.fromkeys(arrays["site"])]
+    )
+    for key in ("train_images", "train_labels", "site"):
+        arrays[key] = arrays[key][chosen]
+    out = sites.with_name("anchor_sites_small.npz")
+    np.savez(out, **arrays)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -33,6 +49,12 @@ def main() -> None:
     parser.add_argument("--epsilon", type=float, default=8.0)
     parser.add_argument("--variants", default="plain,client,sample")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--train-per-client",
+        type=int,
+        default=None,
+        help="keep this many training images per client (a smaller job that overfits sooner)",
+    )
     parser.add_argument("--data", type=Path, default=anchor_job.DATA)
     args = parser.parse_args()
 
@@ -51,6 +73,8 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         sites = anchor_job.write_sites(args.data, args.seed, Path(tmp) / "anchor_sites.npz")
+        if args.train_per_client:
+            sites = keep_per_client(sites, args.train_per_client)
         for name in args.variants.split(","):
             config = {
                 **anchor_job.fedkit_config(sites, args.seed, "local"),

@@ -144,6 +144,8 @@ class Server:
         if self.privacy.active:
             self.privacy.allowed = privatised_channels(declared_channels(plugins, self.ctx))
         self.private = self.privacy.active or bool(config["secagg.enabled"])
+        if config["secagg.enabled"]:  # an evaluation cannot travel inside SecAgg+'s stages
+            self.eval_with_fit = False
 
     @property
     def hook(self) -> Any:
@@ -240,15 +242,23 @@ class Server:
         self.traffic = {}
         messages = {cid: self._fit_message(cid, rnd) for cid in sampled}
         pending, self.pending = self.pending, None
-        if pending is None:
+        dp_state = ctx.states.setdefault("dp", {})
+        if cfg["secagg.enabled"]:  # the server gets the clients' scalars and one sum
+            replies, summed = self._secure_fit(transport, messages, rnd)
+        elif pending is None:
             replies = self.send(transport, messages)
         else:
             replies = self._fit_and_evaluate(transport, messages, pending)
             self._complete(pending, on_round)
         ok = self._failures("fit", rnd, replies, required=self._required(len(sampled)))
-        updates = [Update(cid, replies[cid].arrays, replies[cid].scalars) for cid in ok]
-        dp_state = ctx.states.setdefault("dp", {})
-        updates = self.privacy.updates(ctx.global_state, updates, dp_state, rnd)
+        if cfg["secagg.enabled"]:
+            ok_replies = {cid: replies[cid] for cid in ok}
+            updates = self.privacy.secure_updates(
+                ctx.global_state, summed, ok_replies, dp_state, rnd
+            )
+        else:
+            updates = [Update(cid, replies[cid].arrays, replies[cid].scalars) for cid in ok]
+            updates = self.privacy.updates(ctx.global_state, updates, dp_state, rnd)
         new_state = self.hook.fedkit_aggregate(
             server=ctx, updates=updates, ask=self._asker(transport, rnd, ok)
         )
@@ -280,6 +290,21 @@ class Server:
         elif rnd % cfg["eval_every"] == 0:
             self.pending = record
         return record
+
+    def _secure_fit(
+        self, transport: Transport, messages: dict[str, Message], rnd: int
+    ) -> tuple[dict[str, Message], Message]:
+        """The fit exchange through the transport's secure aggregation: each client's reply
+        scalars and the weighted mean of their updates (see :mod:`fedkit_core.privacy.secure`)."""
+        secure = getattr(transport, "secure_fit", None)
+        if secure is None:
+            raise FedkitError("this engine's transport cannot aggregate securely (secagg.enabled)")
+        replies, summed = secure(messages, rnd, self.config, self.ctx.global_state)
+        for cid, message in messages.items():
+            counts = self.traffic.setdefault(cid, {"down": 0, "up": 0})
+            counts["down"] += message_bytes(message)
+            counts["up"] += message_bytes(summed) if replies[cid].error is None else 0
+        return replies, summed
 
     def _fit_and_evaluate(
         self, transport: Transport, messages: dict[str, Message], pending: dict[str, Any]

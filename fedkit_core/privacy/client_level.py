@@ -73,14 +73,30 @@ def noisy_mean(
     """``g + (sum_k (x_k - g) + N(0, noise_std^2)) / denominator`` on the floating entries
     (in float64, noise drawn from ``generator`` entry by entry in order); integer entries
     keep ``g``'s value."""
+    total = {}
+    for k in floating(global_state):
+        g = global_state[k].double()
+        total[k] = torch.zeros_like(g)
+        for state in clipped:
+            total[k] += state[k].double() - g
+    return noisy_mean_of_sum(global_state, total, noise_std, denominator, generator)
+
+
+def noisy_mean_of_sum(
+    global_state: Mapping[str, torch.Tensor],
+    total: Mapping[str, torch.Tensor],
+    noise_std: float,
+    denominator: float,
+    generator: torch.Generator,
+) -> Arrays:
+    """:func:`noisy_mean` from the sum of the updates ``total`` (what secure aggregation
+    gives the server)."""
     out = {k: v.clone() for k, v in global_state.items()}
     for k in floating(global_state):
         g = global_state[k].double()
-        total = torch.zeros_like(g)
-        for state in clipped:
-            total += state[k].double() - g
         noise = torch.randn(g.shape, generator=generator, dtype=torch.float64)
-        out[k] = (g + (total + noise_std * noise) / denominator).to(global_state[k].dtype)
+        summed = total[k].double().reshape(g.shape)
+        out[k] = (g + (summed + noise_std * noise) / denominator).to(global_state[k].dtype)
     return out
 
 

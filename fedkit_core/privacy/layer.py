@@ -38,8 +38,10 @@ UNCLIPPED = "dp.unclipped"
 #: update scalars of sample-level DP: the client's epsilon so far, its noise multiplier, and
 #: whether its budget pays for no further round
 EPSILON, SIGMA, LAST = "dp.epsilon", "dp.noise_multiplier", "dp.last"
-#: the id of the one update the aggregator sees under client-level DP
+#: the id of the one update the aggregator sees under client-level DP or secure aggregation
 AGGREGATE = "dp-aggregate"
+#: the adaptive-clipping bit's entry in a securely aggregated vector
+SECURE_BIT = "dp/unclipped"
 
 #: what the evaluation reveals in a private run (results.json and docs/privacy.md)
 EVALUATION_NOTE = (
@@ -200,17 +202,58 @@ class ServerPrivacy:
         )
         if self.adaptive:
             unclipped = sum(float(u.scalars.get(UNCLIPPED, 0.0)) for u in updates)
-            state["clip"], state["fraction"] = client_level.adapt_clip(
-                clip,
-                unclipped,
-                self.count_sigma,
-                self.denominator,
-                self.config["dp.target_quantile"],
-                self.config["dp.clip_lr"],
-                generator,
-            )
+            self._adapt(state, clip, unclipped, generator)
         state["noise_std"], state["round_clip"] = self.update_sigma * clip, clip
         return Update(AGGREGATE, mean, {"num_examples": 1})
+
+    def secure_updates(
+        self,
+        global_state: Mapping[str, torch.Tensor],
+        summed: Any,
+        replies: Mapping[str, Any],
+        state: dict[str, Any],
+        rnd: int,
+    ) -> list[Update]:
+        """The update the aggregator sees after secure aggregation: ``summed`` holds the
+        weighted mean of the clients' updates (``count`` clients, weights summing to
+        ``weight``); under client-level DP (weights 1) its sum is privatised as
+        :meth:`updates` does with individual updates."""
+        count, mean = int(summed.scalars["count"]), summed.arrays
+        if self.level == SAMPLE:
+            self.updates(
+                global_state, [Update(c, {}, r.scalars) for c, r in replies.items()], state, rnd
+            )
+        if self.level != CLIENT:
+            new = {k: v.clone() for k, v in global_state.items()}
+            for k, v in mean.items():
+                if k != SECURE_BIT:
+                    g = global_state[k]
+                    new[k] = (g.double() + v.reshape(g.shape)).to(g.dtype)
+            return [Update(AGGREGATE, new, {"num_examples": int(summed.scalars["weight"])})]
+        clip = float(state.setdefault("clip", self.config["dp.clip"]))
+        total = {k: v * count for k, v in mean.items() if k != SECURE_BIT}
+        generator = torch.Generator().manual_seed(derive_seed(self.config["seed"], "dp", rnd))
+        new = client_level.noisy_mean_of_sum(
+            global_state, total, self.update_sigma * clip, self.denominator, generator
+        )
+        if self.adaptive:
+            unclipped = float(mean[SECURE_BIT].sum()) * count
+            self._adapt(state, clip, unclipped, generator)
+        state["noise_std"], state["round_clip"] = self.update_sigma * clip, clip
+        return [Update(AGGREGATE, new, {"num_examples": 1})]
+
+    def _adapt(
+        self, state: dict[str, Any], clip: float, unclipped: float, generator: torch.Generator
+    ) -> None:
+        state["clip"], state["fraction"] = client_level.adapt_clip(
+            clip,
+            unclipped,
+            self.count_sigma,
+            self.denominator,
+            self.config["dp.target_quantile"],
+            self.config["dp.clip_lr"],
+            generator,
+        )
 
     def record(self, rnd: int, state: dict[str, Any]) -> dict[str, Any] | None:
         """The ``privacy`` entry of round ``rnd``'s record (None: not private)."""
