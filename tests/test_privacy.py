@@ -267,3 +267,53 @@ def test_secure_aggregation_is_refused_on_the_local_engine():
 def test_class_counts_at_setup_are_refused_in_a_private_run():
     with pytest.raises(FedkitError, match="shot_thresholds"):
         resolve_config(tiny(dp={"level": "client"}, task={"shot_thresholds": [20, 5]}))
+
+
+# ----------------------------------------------------------------------------- compare
+
+
+def test_dp_runspec_terms():
+    from fedkit_core.privacy.runspec import method_and_dp
+    from fedkit_core.results.compare import runspec_layer
+
+    assert method_and_dp("fca+dp(eps=4,level=sample)") == (
+        "fca",
+        {"level": "sample", "target_epsilon": 4.0},
+    )
+    assert method_and_dp("fedavg") == ("fedavg", None)
+    assert runspec_layer("fedavg+dp(sigma=1.5)") == {
+        "plugins": [],
+        "dp": {"level": "client", "noise_multiplier": 1.5},
+    }
+    with pytest.raises(FedkitError, match="dp option"):
+        method_and_dp("fedavg+dp(bogus=1)")
+
+
+@pytest.mark.slow
+def test_compare_writes_the_privacy_utility_table_and_figure(tmp_path):
+    from fedkit_core.results.compare import compare
+
+    specs = [
+        "fedavg",
+        "fedavg+dp(eps=4)",
+        "fedavg+dp(eps=40)",
+        "fca",
+        "fca+dp(eps=4)",
+        "fca+dp(eps=40)",
+    ]
+    compare(specs, seeds=[0, 1], out=tmp_path, base=[tiny(rounds=2)])
+    md = (tmp_path / "compare.md").read_text()
+    assert "## Privacy-utility" in md and "fca:" in md
+    assert (tmp_path / "compare.privacy.png").is_file()
+    import json
+
+    summary = json.loads((tmp_path / "compare.privacy.json").read_text())
+    eps = {r["runspec"]: r["epsilon"] for r in summary["rows"]}
+    assert eps["fedavg"] is None and eps["fca+dp(eps=4)"] == pytest.approx(4.0, rel=1e-3)
+    fca = summary["methods"]["fca"]
+    assert [c["against"] for c in fca["comparisons"]] == [
+        "fedavg",
+        "fedavg+dp(eps=40)",
+        "fedavg+dp(eps=4)",
+    ]
+    assert fca["stops_at"]["text"]
