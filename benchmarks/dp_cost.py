@@ -41,6 +41,27 @@ VARIANTS = {
 }
 
 
+class CpuClock:
+    """Process CPU seconds (user + system, every thread) spent in each round: the cost of a
+    round whatever else the machine runs (wall time swings with the load of a shared CPU)."""
+
+    def __init__(self) -> None:
+        self.marks: list[float] = []
+
+    def on_start(self, total_rounds: int, first_round: int) -> None:
+        self.marks = [time.process_time()]
+
+    def on_phase(self, *args: object) -> None: ...
+
+    def on_round_end(self, record: dict) -> None:
+        self.marks.append(time.process_time())
+
+    def on_end(self, *args: object) -> None: ...
+
+    def rounds(self) -> list[float]:
+        return [b - a for a, b in zip(self.marks, self.marks[1:])]
+
+
 def worker(variant: str, sites: Path, seed: int, rounds: int, report: Path) -> None:
     import torch
 
@@ -53,11 +74,13 @@ def worker(variant: str, sites: Path, seed: int, rounds: int, report: Path) -> N
         "eval_every": rounds,
         **VARIANTS[variant],
     }
-    results = run(config)
+    clock = CpuClock()
+    results = run(config, observer=clock)
     report.write_text(
         json.dumps(
             {
                 "rounds": [r["seconds"] for r in results.rounds],
+                "cpu_rounds": clock.rounds(),
                 "accuracy": results.rounds[-1]["global"]["acc"],
                 "epsilon": results.final.get("privacy", {}).get("epsilon"),
             }
@@ -78,7 +101,8 @@ def measure(variant: str, sites: Path, seed: int, rounds: int) -> dict:
         wall = time.perf_counter() - start
         out = json.loads(report.read_text())
     steady = out["rounds"][1:-1] or out["rounds"]
-    return {**out, "wall": wall, "round": statistics.median(steady)}
+    cpu = out["cpu_rounds"][1:-1] or out["cpu_rounds"]
+    return {**out, "wall": wall, "round": statistics.median(steady), "cpu": statistics.median(cpu)}
 
 
 def main() -> None:
@@ -110,20 +134,25 @@ def main() -> None:
                 repeats[-1][variant] = r
                 print(
                     f"  [{k + 1}/{args.repeats}] {variant}: wall {r['wall']:.1f} s, round "
-                    f"{r['round']:.2f} s, acc {r['accuracy']:.4f}, epsilon {r['epsilon']}",
+                    f"{r['round']:.2f} s (CPU {r['cpu']:.2f} s), acc {r['accuracy']:.4f}, "
+                    f"epsilon {r['epsilon']}",
                     file=sys.stderr,
                 )
     print(
         f"dp cost on the anchor job: {anchor_job.CLIENTS} clients, {args.rounds} rounds, "
         f"medians of {args.repeats} repeats"
     )
-    print(f"{'variant':8s} {'wall s':>8s} {'round s':>8s} {'accuracy':>9s} {'epsilon':>8s}")
+    print(
+        f"{'variant':8s} {'wall s':>8s} {'round s':>8s} {'CPU s':>8s} {'accuracy':>9s} "
+        f"{'epsilon':>8s}"
+    )
     for variant in variants:
         runs = [rep[variant] for rep in repeats]
         eps = runs[0]["epsilon"]
         print(
             f"{variant:8s} {statistics.median(r['wall'] for r in runs):8.2f} "
             f"{statistics.median(r['round'] for r in runs):8.3f} "
+            f"{statistics.median(r['cpu'] for r in runs):8.3f} "
             f"{statistics.median(r['accuracy'] for r in runs):9.4f} "
             f"{'-' if eps is None else f'{eps:.3f}':>8s}"
         )
@@ -131,13 +160,21 @@ def main() -> None:
         for variant, target in (("client", 1.1), ("sample", 2.0)):
             if variant not in variants:
                 continue
-            values = [rep[variant]["round"] for rep in repeats]
-            baseline = [rep["plain"]["round"] for rep in repeats]
-            mean, low, high = anchor_job.paired_ratio(values, baseline)
-            print(
-                f"{variant} / plain steady round: {mean:.3f} (95% CI {low:.3f}-{high:.3f}, "
-                f"{len(values)} paired repeats; target <= {target})"
-            )
+            for key, what in (("round", "wall"), ("cpu", "CPU")):
+                values = [rep[variant][key] for rep in repeats]
+                baseline = [rep["plain"][key] for rep in repeats]
+                if len(values) < 2:
+                    ratio = values[0] / baseline[0]
+                    print(
+                        f"{variant} / plain steady round ({what}): {ratio:.3f} (1 repeat; "
+                        f"target <= {target})"
+                    )
+                    continue
+                mean, low, high = anchor_job.paired_ratio(values, baseline)
+                print(
+                    f"{variant} / plain steady round ({what}): {mean:.3f} (95% CI "
+                    f"{low:.3f}-{high:.3f}, {len(values)} paired repeats; target <= {target})"
+                )
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ cannot handle are refused the same way.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +31,10 @@ from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.privacy import accounting
 from fedkit_core.privacy.options import SAMPLE
 from fedkit_core.tasks.base import Batch
+
+
+# Opacus's hooks on a first layer whose input needs no gradient: harmless, said every step
+warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients")
 
 
 def prepare_model(model: FedModel, config: Config) -> FedModel:
