@@ -32,7 +32,6 @@ from fedkit_core.privacy import accounting
 from fedkit_core.privacy.options import SAMPLE
 from fedkit_core.tasks.base import Batch
 
-
 # Opacus's hooks on a first layer whose input needs no gradient: harmless, said every step
 warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients")
 
