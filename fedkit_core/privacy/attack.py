@@ -33,7 +33,7 @@ def per_sample_losses(model: torch.nn.Module, data: Any, normalizer: Any) -> np.
     out = []
     with torch.inference_mode():
         for start in range(0, len(data), 256):
-            x = normalizer(data.images[start : start + 256].float())
+            x = normalizer(data.images[start : start + 256])  # as training batches get it
             y = data.targets[start : start + 256].long()
             logits = model(x)["logits"]
             out.append(F.cross_entropy(logits, y, reduction="none").numpy())
