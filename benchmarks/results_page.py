@@ -200,9 +200,7 @@ def command(specs: Sequence[str], config: str, sets: Sequence[str], seeds: str) 
 
 def load_runs(out: Path, specs: Sequence[str], seeds: Sequence[int]) -> dict[str, list[Results]]:
     """The runs a comparison in ``out`` made, ``{runspec: [results of each seed]}``."""
-    return {
-        s: [Results.load(out / runspec_label(s) / f"seed{k}") for k in seeds] for s in specs
-    }
+    return {s: [Results.load(out / runspec_label(s) / f"seed{k}") for k in seeds] for s in specs}
 
 
 def per_seed(found: Comparison, spec: str, key: str) -> list[float] | None:
@@ -229,6 +227,7 @@ def judge(
             metric = claim.key[7:]
             section = clients_section(runs, metric, method.baseline, seeds)
             gains = section["gains"].get(method.method, {})
+            means = ", ".join(f"{c} {g['mean']:+.3f}" for c, g in gains.items())
             good = [c for c, g in gains.items() if g.get("significant") and g["mean"] > 0]
             bad = [c for c, g in gains.items() if g.get("significant") and g["mean"] < 0]
             holds = bool(gains) and len(good) == len(gains)
@@ -236,7 +235,7 @@ def judge(
             sentences.append(
                 f"{claim.text}: {len(good)} of {len(gains)} clients gain significantly"
                 + (f", {len(bad)} lose significantly ({', '.join(bad)})" if bad else "")
-                + f" (means: {', '.join(f'{c} {g['mean']:+.3f}' for c, g in gains.items())})."
+                + f" (means: {means})."
             )
             continue
         values = per_seed(found, method.method, claim.key)
@@ -249,7 +248,11 @@ def judge(
         better = d["mean"] > 0 if claim.higher else d["mean"] < 0
         holds = bool(d["significant"] and better)
         ok &= holds
-        state = "holds" if holds else ("reversed" if d["significant"] else "not distinguishable from seed noise")
+        state = (
+            "holds"
+            if holds
+            else ("reversed" if d["significant"] else "not distinguishable from seed noise")
+        )
         sentences.append(
             f"{claim.text}: {d['mean']:+.4f}, 95% CI t [{d['ci_t'][0]:+.4f}, {d['ci_t'][1]:+.4f}], "
             f"bootstrap [{d['ci_bootstrap'][0]:+.4f}, {d['ci_bootstrap'][1]:+.4f}], "
@@ -268,7 +271,9 @@ def keys_of(method: Method, found: Comparison) -> list[str]:
     return [k for k in dict.fromkeys(keys) if any(k in row for row in found.table.values())]
 
 
-def section(method: Method, sets: Sequence[str], seeds: Sequence[int], out: Path, jobs: int) -> tuple[list[str], dict[str, Any]]:
+def section(
+    method: Method, sets: Sequence[str], seeds: Sequence[int], out: Path, jobs: int
+) -> tuple[list[str], dict[str, Any]]:
     """Run one method's comparison (and ablations) and return its part of the page and its
     line in the summary table."""
     seeds_text = ",".join(map(str, seeds))
@@ -333,7 +338,10 @@ def section(method: Method, sets: Sequence[str], seeds: Sequence[int], out: Path
                 "",
                 rows_markdown(gain_rows(other, found.labels, method.highlight)),
             ]
-    lines += [f"**Verdict: {'reproduced' if reproduced else 'not reproduced'}.** " + " ".join(sentences), ""]
+    lines += [
+        f"**Verdict: {'reproduced' if reproduced else 'not reproduced'}.** " + " ".join(sentences),
+        "",
+    ]
     for ablation in method.ablations:
         lines += ablation_section(method, ablation, sets, seeds, out, jobs)
     summary = {
@@ -349,7 +357,12 @@ def section(method: Method, sets: Sequence[str], seeds: Sequence[int], out: Path
 
 
 def ablation_section(
-    method: Method, ablation: Ablation, sets: Sequence[str], seeds: Sequence[int], out: Path, jobs: int
+    method: Method,
+    ablation: Ablation,
+    sets: Sequence[str],
+    seeds: Sequence[int],
+    out: Path,
+    jobs: int,
 ) -> list[str]:
     """One ablation: its question, command and paired differences."""
     pairs = [*sets, *ablation.sets]

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from fedkit_core.messages import Payload, Reply, Scalar, Update
     from fedkit_core.models.fedmodel import FedModel
     from fedkit_core.options import Option
+    from fedkit_core.privacy.channels import Channel
     from fedkit_core.tasks.base import Batch
 
 API_VERSION = 2
@@ -112,6 +113,21 @@ def fedkit_check(server: ServerContext) -> str | Sequence[str] | None:
     known yet. Return ``None`` when the run is fine, or one message (or several) saying what
     is wrong, e.g. ``"fca needs a classification task, not segmentation"``. The run then stops
     with exit code 2 and these messages.
+    """
+
+
+@hookspec
+def fedkit_channels(server: ServerContext) -> Sequence[Channel] | None:
+    """Declare what the plugin sends beyond the model update. Additive; called once, before
+    any data is loaded, in runs with differential privacy or secure aggregation.
+
+    Return one :class:`Channel` per scalar the plugin's clients report with their updates
+    (``fedkit_client_report``), per query it asks (``fedkit_answer_query``), and one of kind
+    ``"individual updates"`` when its ``fedkit_aggregate`` reads each client's update rather
+    than their sum; each with what it reveals and, when the plugin privatises it in a DP
+    run, how (``privatised``). Depend on ``server.options()``: a channel an option turns off
+    is not declared. A DP or secure-aggregation run refuses what is not privatised, naming
+    the channel; a scalar nobody declared is refused when it is sent.
     """
 
 

@@ -40,6 +40,7 @@ from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.options import Option
 from fedkit_core.plugins import plugin_scope
 from fedkit_core.priors import FrozenEncoder, check_source, encoder_feature_dim, frozen_encoder
+from fedkit_core.privacy.channels import INDIVIDUAL, QUERY, REPORT, Channel
 from fedkit_core.results.compare import markdown_table
 from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION, Batch, ClientInfo, TaskInfo
 
@@ -49,6 +50,10 @@ __all__ = [
     "Ask",
     "Batch",
     "CLASSIFICATION",
+    "Channel",
+    "INDIVIDUAL",
+    "QUERY",
+    "REPORT",
     "ClientContext",
     "ClientInfo",
     "Config",

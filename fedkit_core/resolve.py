@@ -20,6 +20,7 @@ from fedkit_core.engines.registry import engine_names, engine_options
 from fedkit_core.errors import FedkitError
 from fedkit_core.options import Option
 from fedkit_core.plugins import PluginSet
+from fedkit_core.privacy.checks import check_privacy
 from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION, TaskInfo
 from fedkit_core.tasks.registry import TaskSpec, get_task
 
@@ -62,6 +63,7 @@ def check_plugins(config: Config, plugins: PluginSet, spec: TaskSpec) -> None:
     for result in plugins.hook.fedkit_check(server=ctx):
         if result:
             problems += [result] if isinstance(result, str) else list(result)
+    problems += check_privacy(config, plugins, ctx)
     if problems:
         raise FedkitError("\n".join(problems))
 

@@ -78,6 +78,13 @@ class RichProgress(Observer):
             main = main or next(iter(glob), None)
             if main is not None:
                 text = f"val {main} {glob.get(main, float('nan')):.3f} (no better: test not scored)"
+        privacy = record.get("privacy")
+        if privacy is not None:  # differential privacy: the budget spent so far, every round
+            text += f"  ε {privacy['epsilon']:.3f}"
+            self.progress.console.print(
+                f"round {record['round']}: privacy spent ε = {privacy['epsilon']:.4f} "
+                f"at δ = {privacy['delta']:g}"
+            )
         self.progress.update(self.rounds, advance=1, metrics=text)
 
 
@@ -135,7 +142,27 @@ def print_run(console: Console, results: Mapping[str, Any]) -> None:
             f"[yellow]round {event['round']}: client {event['client']} failed in "
             f"{event['phase']}: {event['error']}"
         )
+    privacy = final.get("privacy")
+    if privacy:
+        console.print(privacy_line(privacy))
     console.print(f"status {results['status']}; wall time {final['wall_seconds']:.1f} s")
+
+
+def privacy_line(privacy: Mapping[str, Any]) -> str:
+    """A DP run's guarantee in one line: level, (epsilon, delta), noise and how it ended."""
+    sigma = privacy.get("noise_multiplier")
+    noise = f", noise multiplier {sigma:.4g}" if isinstance(sigma, float) else ""
+    how = ""
+    if privacy.get("target_epsilon") is not None:
+        how = f"; target ε {privacy['target_epsilon']:g}: " + (
+            "noise calibrated before training"
+            if privacy.get("on_target") == "calibrate"
+            else f"stopped after round {privacy['rounds_run']} of {privacy['rounds_planned']}"
+        )
+    return (
+        f"privacy ({privacy['level']}-level DP, {privacy['accountant']}): "
+        f"ε = {privacy['epsilon']:.4f} at δ = {privacy['delta']:g}{noise}{how}"
+    )
 
 
 def _megabytes(n: float) -> str:

@@ -33,6 +33,9 @@ from fedkit_core.metrics.segmentation import per_sample_dice
 from fedkit_core.metrics.statistics import classification_stats, segmentation_stats
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.plugins import PluginSet
+from fedkit_core.privacy.checks import declared_channels
+from fedkit_core.privacy.layer import client_reply, is_private, privatised_channels
+from fedkit_core.privacy.sample_level import DPSGD, prepare_model
 from fedkit_core.tasks.base import SEGMENTATION, Batch, ClientData, TaskInfo
 
 if TYPE_CHECKING:
@@ -55,6 +58,7 @@ def build_model(plugins: PluginSet, ctx: ServerContext | ClientContext) -> FedMo
     if not isinstance(model, FedModel):
         raise FedkitError(f"fedkit_build_model returned {type(model).__name__}, not a FedModel")
     plugins.hook.fedkit_extend_model(model=model, ctx=ctx)
+    model = prepare_model(model, ctx.config)  # dp.level=sample: no batch norm
     if ctx.config["freeze"]:
         model.freeze(ctx.config["freeze"])
     return model
@@ -101,6 +105,10 @@ class ClientRuntime:
         self.ctx.hook = plugins.hook
         self.optimizer: torch.optim.Optimizer | None = None
         self.dirty = False  # persistent state changed since the last state_dict()
+        #: plugin scalars a private run may send (channels declared as privatised)
+        self.privatised = (
+            privatised_channels(declared_channels(plugins, self.ctx)) if is_private(config) else []
+        )
         self.set_up = False  # whether the setup message succeeded
 
     @property
@@ -185,10 +193,61 @@ class ClientRuntime:
         clip = ctx.config["grad_clip"]
         params = [p for p in model.parameters() if p.requires_grad]
         sums: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), device=ctx.device))
-        steps = 0
         model.train()
-        for epoch, batches in enumerate(self.train_passes(message)):
+        # dp.level=sample: DP-SGD's Poisson batches (every epoch's) and clipping optimiser
+        dpsgd = DPSGD(ctx, optimizer) if ctx.config["dp.level"] == "sample" else None
+        if dpsgd is not None:
+            optimizer = dpsgd.optimizer
+        passes = [dpsgd.batches()] if dpsgd is not None else self.train_passes(message)
+        try:
+            self._train(ctx, model, optimizer, params, clip, sums, passes, round_, dpsgd)
+        finally:
+            if dpsgd is not None:
+                dpsgd.__exit__()
+        if not self.ctx.config["keep_optimizer_state"]:
+            self.optimizer = None
+        scalars: dict[str, Any] = {"num_examples": len(ctx.data["train"])}
+        steps = int(sums.pop("steps", torch.zeros(())))
+        scalars.update({k: float(v) / max(steps, 1) for k, v in sums.items()})
+        for extra in self.hook.fedkit_client_report(client=ctx):
+            scalars.update(extra or {})
+        self.dirty = True
+        arrays = model.shared_state()
+        if is_private(ctx.config):
+            if dpsgd is not None:
+                scalars.update(dpsgd.report())
+            arrays, scalars = client_reply(
+                ctx.config,
+                message.arrays,
+                arrays,
+                {**scalars, **{k: v for k, v in message.scalars.items() if k == "dp.clip"}},
+                self.privatised,
+                f"client {ctx.id!r}",
+            )
+        return Message("fit", arrays, check_scalars(scalars, f"client {ctx.id} report"))
+
+    def _train(
+        self,
+        ctx: ClientContext,
+        model: FedModel,
+        optimizer: torch.optim.Optimizer,
+        params: list[torch.nn.Parameter],
+        clip: float | None,
+        sums: dict[str, torch.Tensor],
+        passes: Iterable[Iterable[Batch | None]],
+        round_: int,
+        dpsgd: DPSGD | None,
+    ) -> None:
+        """Local training over ``passes`` (:meth:`train_passes`; DP-SGD: its Poisson
+        batches), the loss terms summed per step into ``sums`` (with the number of
+        ``steps``)."""
+        steps = 0
+        for epoch, batches in enumerate(passes):
             for batch in batches:
+                if batch is None:  # an empty Poisson sample: DP-SGD's step of noise alone
+                    dpsgd.empty_step()
+                    steps += 1
+                    continue
                 outputs = ctx.forward(model, batch.x)
                 terms = {"task": ctx.task_loss(batch, outputs)}
                 for extra in self.hook.fedkit_loss_terms(client=ctx, batch=batch, outputs=outputs):
@@ -209,16 +268,7 @@ class ClientRuntime:
                     f"client {ctx.id!r}: the training loss became {sums['loss'].item()} in round "
                     f"{round_}, epoch {epoch + 1}; lower the learning rate or check the data"
                 )
-        if not self.ctx.config["keep_optimizer_state"]:
-            self.optimizer = None
-        scalars: dict[str, Any] = {"num_examples": len(ctx.data["train"])}
-        scalars.update({k: float(v) / max(steps, 1) for k, v in sums.items()})
-        for extra in self.hook.fedkit_client_report(client=ctx):
-            scalars.update(extra or {})
-        self.dirty = True
-        return Message(
-            "fit", model.shared_state(), check_scalars(scalars, f"client {ctx.id} report")
-        )
+        sums["steps"] = torch.tensor(steps)
 
     def train_passes(self, message: Message) -> Iterator[Iterable[Batch]]:
         """The batches of one round's local training, pass by pass: ``local_epochs``

@@ -220,6 +220,12 @@ class ClientContext(_Party):
         params = list(params)
         if not params or epochs <= 0:
             return 0.0
+        if self.config["dp.level"] == "sample":
+            raise FedkitError(
+                "a plugin trains with its own loop (ClientContext.train: FedRep's head, "
+                "FedBABU's fine-tuning), which DP-SGD does not cover; run it without "
+                "dp.level=sample"
+            )
         rate = lr if lr is not None else (self.lr or self.config["lr"])
         groups = [{"params": params, "lr": rate, "lr_scale": 1.0}]
         optimizer = self.hook.fedkit_optimizer(client=self, param_groups=groups)

@@ -37,6 +37,8 @@ from fedkit_core.messages import (
 from fedkit_core.metrics.fairness import fairness
 from fedkit_core.metrics.statistics import add_stats
 from fedkit_core.plugins import PluginSet
+from fedkit_core.privacy.checks import declared_channels
+from fedkit_core.privacy.layer import ServerPrivacy, private_scalars, privatised_channels
 from fedkit_core.results.schema import best_round
 from fedkit_core.tasks.base import CLASSIFICATION, TaskInfo
 
@@ -137,6 +139,13 @@ class Server:
         #: the record of the last round while its evaluation waits for the next round's
         #: messages (see :meth:`run`)
         self.pending: dict[str, Any] | None = None
+        #: differential privacy and secure aggregation (see :mod:`fedkit_core.privacy`)
+        self.privacy = ServerPrivacy(config, len(task.client_ids))
+        if self.privacy.active:
+            self.privacy.allowed = privatised_channels(declared_channels(plugins, self.ctx))
+        self.private = self.privacy.active or bool(config["secagg.enabled"])
+        if config["secagg.enabled"]:  # an evaluation cannot travel inside SecAgg+'s stages
+            self.eval_with_fit = False
 
     @property
     def hook(self) -> Any:
@@ -148,6 +157,8 @@ class Server:
 
     def send(self, transport: Transport, messages: dict[str, Message]) -> dict[str, Message]:
         """Deliver ``messages`` and count the bytes each client sent and received."""
+        if not messages:  # a Poisson sample may be empty
+            return {}
         replies = transport.send(messages)
         for cid, message in messages.items():
             counts = self.traffic.setdefault(cid, {"down": 0, "up": 0})
@@ -197,7 +208,7 @@ class Server:
         next round aggregates. The last round evaluates on its own."""
         total = self.config["rounds"]
         self.observer.on_start(total, self.next_round)
-        while self.next_round <= total:
+        while self.next_round <= self.privacy.last_round:
             start = time.perf_counter()
             record = self.run_round(transport, self.next_round, on_round)
             record["seconds"] = round(time.perf_counter() - start, 3)
@@ -224,18 +235,30 @@ class Server:
         is completed (``on_round``) before this one aggregates."""
         ctx, cfg = self.ctx, self.config
         ctx.round = rnd
-        sampled = sample_clients(self.client_ids, cfg["sample_fraction"], cfg["seed"], rnd)
+        sampled = self.privacy.sample(self.client_ids, rnd)
+        if sampled is None:
+            sampled = sample_clients(self.client_ids, cfg["sample_fraction"], cfg["seed"], rnd)
         self.observer.on_phase(rnd, "train", 0, len(sampled))
         self.traffic = {}
         messages = self.fit_messages(sampled, rnd)
         pending, self.pending = self.pending, None
-        if pending is None:
+        dp_state = ctx.states.setdefault("dp", {})
+        if cfg["secagg.enabled"]:  # the server gets the clients' scalars and one sum
+            replies, summed = self._secure_fit(transport, messages, rnd)
+        elif pending is None:
             replies = self.send(transport, messages)
         else:
             replies = self._fit_and_evaluate(transport, messages, pending)
             self._complete(pending, on_round)
         ok = self._failures("fit", rnd, replies, required=self._required(len(messages)))
-        updates = [Update(cid, replies[cid].arrays, replies[cid].scalars) for cid in ok]
+        if cfg["secagg.enabled"]:
+            ok_replies = {cid: replies[cid] for cid in ok}
+            updates = self.privacy.secure_updates(
+                ctx.global_state, summed, ok_replies, dp_state, rnd
+            )
+        else:
+            updates = [Update(cid, replies[cid].arrays, replies[cid].scalars) for cid in ok]
+            updates = self.privacy.updates(ctx.global_state, updates, dp_state, rnd)
         new_state = self.hook.fedkit_aggregate(
             server=ctx, updates=updates, ask=self._asker(transport, rnd, ok)
         )
@@ -245,19 +268,43 @@ class Server:
             "round": rnd,
             "sampled": sampled,
             "train": {
-                cid: {k: v for k, v in replies[cid].scalars.items() if k != "num_examples"}
+                cid: {
+                    k: v
+                    for k, v in private_scalars(replies[cid].scalars).items()
+                    if k != "num_examples"
+                }
                 for cid in ok
             },
             "global": {},
             "clients": {},
         }
         record["bytes"] = self.traffic
-        if rnd == cfg["rounds"] or (rnd % cfg["eval_every"] == 0 and not self.eval_with_fit):
+        privacy = self.privacy.record(rnd, dp_state)
+        if privacy is not None:
+            record["privacy"] = privacy
+        if self.privacy.last(rnd, dp_state) or (
+            rnd % cfg["eval_every"] == 0 and not self.eval_with_fit
+        ):
             self.observer.on_phase(rnd, "evaluate", 0, len(self.client_ids))
             record.update(self.evaluate(transport, rnd))
         elif rnd % cfg["eval_every"] == 0:
             self.pending = record
         return record
+
+    def _secure_fit(
+        self, transport: Transport, messages: dict[str, Message], rnd: int
+    ) -> tuple[dict[str, Message], Message]:
+        """The fit exchange through the transport's secure aggregation: each client's reply
+        scalars and the weighted mean of their updates (see :mod:`fedkit_core.privacy.secure`)."""
+        secure = getattr(transport, "secure_fit", None)
+        if secure is None:
+            raise FedkitError("this engine's transport cannot aggregate securely (secagg.enabled)")
+        replies, summed = secure(messages, rnd, self.config, self.ctx.global_state)
+        for cid, message in messages.items():
+            counts = self.traffic.setdefault(cid, {"down": 0, "up": 0})
+            counts["down"] += message_bytes(message)
+            counts["up"] += message_bytes(summed) if replies[cid].error is None else 0
+        return replies, summed
 
     def _fit_and_evaluate(
         self, transport: Transport, messages: dict[str, Message], pending: dict[str, Any]
@@ -305,6 +352,7 @@ class Server:
             {
                 "round": rnd,
                 "lr": lr_at(self.config, rnd),
+                **self.privacy.fit_scalars(self.ctx.states.setdefault("dp", {})),
                 **{PAYLOAD + k: v for k, v in scalars.items()},
             },
         )
@@ -336,6 +384,8 @@ class Server:
             scalars: dict | None = None,
             clients: Sequence[str] | None = None,
         ) -> dict[str, Reply]:
+            if self.private:
+                self.privacy.check_query(query)
             targets = list(clients) if clients is not None else default
             message = Message(
                 "query",
@@ -382,7 +432,7 @@ class Server:
     def _splits(self, rnd: int) -> str:
         """The splits round ``rnd`` evaluates first: validation, and test where
         ``eval_test`` asks for it in every evaluated round, and in the last round."""
-        if self.config["eval_test"] == "every" or rnd == self.config["rounds"]:
+        if self.config["eval_test"] == "every" or rnd == self.privacy.last_round:
             return "val,test"
         return "val"
 
@@ -518,6 +568,7 @@ class Server:
         self.events = snap["events"]
         self.seconds = snap["seconds"]
         self.best_state = snap.get("best_state")
+        self.privacy.restore(self.ctx.states.get("dp", {}))
 
 
 def _mean_metrics(metrics: Iterable[dict[str, float]]) -> dict[str, float]:

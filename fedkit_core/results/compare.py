@@ -40,6 +40,8 @@ from fedkit_core.config import load_yaml
 from fedkit_core.errors import FedkitError
 from fedkit_core.metrics.paired import paired_difference
 from fedkit_core.plugins import BUILTINS, installed
+from fedkit_core.privacy.report import write_privacy_utility
+from fedkit_core.privacy.runspec import method_and_dp
 from fedkit_core.results.clients import (
     CLIENTS,
     clients_section,
@@ -70,7 +72,9 @@ def runspec_layer(spec: str) -> dict[str, Any]:
         return layer
     if spec == POOLED:
         return {"plugins": [], "pooled": True}
-    return {"plugins": [p for p in spec.split("+") if p and p != "fedavg"]}
+    method, dp = method_and_dp(spec)  # `fca+dp(eps=4)`: a method under DP (privacy/runspec.py)
+    layer: dict[str, Any] = {"plugins": [p for p in method.split("+") if p and p != "fedavg"]}
+    return {**layer, "dp": dp} if dp is not None else layer
 
 
 def runspec_label(spec: str) -> str:
@@ -114,6 +118,8 @@ def metric_paths(results: Mapping[str, Any]) -> dict[str, float]:
     for name, value in final.get("best", {}).get("global", {}).items():
         out[f"best.global.{name}"] = value
     out["final.wall_seconds"] = final["wall_seconds"]
+    if "privacy" in final:  # a DP run: the epsilon it spent
+        out["final.privacy.epsilon"] = final["privacy"]["epsilon"]
     return out
 
 
@@ -453,6 +459,9 @@ def write_summary(
                 " per client. " + " ".join(clients["notes"]),
                 rows_markdown(gain_rows(clients, labels)),
             ]
+    privacy = write_privacy_utility(out, runs, main)  # runspecs with dp(...): table, figure
+    if privacy:
+        parts.append(privacy)
     md = "\n\n".join(parts)
     write_text(out / "compare.md", md)
     tex = latex_table(table, columns, headers, caption=" ".join(paragraphs), labels=labels)

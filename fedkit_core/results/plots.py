@@ -141,12 +141,12 @@ def plot_run(results: Mapping[str, Any], directory: Path) -> list[Path]:
     ax.plot(rounds, glob, "k-", lw=2.5, label=f"global model, pooled {split}")
     ax.set(ylabel=f"{split} {name}", title=f"{_title(results)}\n{_fairness_text(final)}")
     _rounds_axis(ax)
-    loss_rounds = [r["round"] for r in results["rounds"] if r.get("train")]
-    losses = [
-        np.mean([c["loss"] for c in r["train"].values()])
-        for r in results["rounds"]
-        if r.get("train")
+    # a private run's clients keep their losses (the records hold none)
+    reported = [
+        r for r in results["rounds"] if any("loss" in c for c in r.get("train", {}).values())
     ]
+    loss_rounds = [r["round"] for r in reported]
+    losses = [np.mean([c["loss"] for c in r["train"].values() if "loss" in c]) for r in reported]
     ax_loss.plot(loss_rounds, losses, "o-", ms=3, color="tab:gray")
     ax_loss.set(ylabel="mean local training loss", title="training loss")
     _rounds_axis(ax_loss)

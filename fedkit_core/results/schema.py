@@ -8,7 +8,8 @@ round: ``round``, ``sampled``, ``train`` losses per client, ``bytes`` ({client i
 ``global`` and ``clients`` are then empty, as in a round not evaluated, and the other test
 scopes absent), ``global``, ``clients``, ``clients_mean``, ``fairness``, ``summary``,
 ``views`` ({view: {"global", "clients"}}) on the test split plus the same under ``val``),
-``setup_bytes``, ``events`` (client failures), ``priors`` (each server prior sent to the
+``privacy`` (a DP run's ``epsilon`` after the round, at ``delta``, and the mechanism's
+per-round values), ``setup_bytes``, ``events`` (client failures), ``priors`` (each server prior sent to the
 clients at setup: ``shape``, ``dtype`` and the ``sha256`` of its bytes, so frozen knowledge
 such as FedCB's text statistics is identifiable) and ``final``. A reference run, not a
 method, says so in ``reference`` (``kind``: ``pooled``, centralised training on the union of
@@ -19,7 +20,9 @@ the clients' data, or ``local``, each client alone; ``about``: what that means; 
 ``global``, ``clients``, ``clients_mean``, ``fairness`` (``std`` and ``worst`` of the main
 metric across clients), ``summary``, ``views``; ``best`` (the round with the best pooled
 validation main metric, or the best clients' mean where no pooled global view exists, and
-its test scopes), ``bytes`` (totals down and up, setup included) and ``wall_seconds``.
+its test scopes), ``bytes`` (totals down and up, setup included), ``wall_seconds`` and, in a
+DP run, ``privacy`` (the mechanism, its parameters, ``epsilon`` spent at ``delta``, what
+evaluation reveals; see docs/privacy.md).
 """
 
 from __future__ import annotations
@@ -122,6 +125,7 @@ def build_results(
     wall_seconds: float,
     setup_bytes: Mapping[str, Mapping[str, int]] | None = None,
     priors: Mapping[str, torch.Tensor] | None = None,
+    privacy: Mapping[str, Any] | None = None,
 ) -> Results:
     main = task["main_metric"]
     setup_bytes = dict(setup_bytes or {})
@@ -141,6 +145,8 @@ def build_results(
             final["best"] = best
     reference = reference_of(config)
     marker = {"reference": {"kind": reference, "about": REFERENCES[reference]}} if reference else {}
+    if privacy is not None:  # differential privacy: the mechanism and the epsilon spent
+        final["privacy"] = dict(privacy)
     return Results(
         status=status,
         **marker,
@@ -261,6 +267,8 @@ def _csv_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     for split, scopes in (*splits, ("val", record.get("val", {}))):
         fair = scopes.get("fairness", {})
         base = {"round": record["round"], "split": split}
+        if "privacy" in record:  # differential privacy: epsilon spent after the round
+            base["epsilon"] = record["privacy"]["epsilon"]
         rows.append({**base, "scope": "global", **scopes.get("global", {})})
         rows.append(
             {

@@ -50,6 +50,7 @@ from flwr.app import ConfigRecord, Context, RecordDict
 from flwr.app import Message as FlowerMessage
 from flwr.clientapp import ClientApp
 
+from fedkit_core.config import Config
 from fedkit_core.engines.checkpoint import ClientCheckpoints, checkpoint_client
 from fedkit_core.engines.client import ClientRuntime
 from fedkit_core.engines.flower.packing import PACKED, pack, unpack
@@ -64,6 +65,7 @@ from fedkit_core.engines.snapshot import from_bytes, restore_client, to_bytes
 from fedkit_core.errors import FedkitError, failure_text
 from fedkit_core.federation import Federation, prepare
 from fedkit_core.messages import Arrays, Message
+from fedkit_core.privacy.secure import client_mod
 from fedkit_core.resolve import resolve_config
 from fedkit_core.tasks.base import TaskInfo
 
@@ -277,6 +279,15 @@ class ClientSide:
             client.save(context, snapshot)
         return reply
 
+    def secure_fit(self, message: Message, context: Context) -> Message:
+        """A fit message inside SecAgg+'s masking stage (see :mod:`fedkit_core.privacy.secure`)."""
+        with self.lock:
+            return self.handle("fit", message, context)
+
+    def config_of(self, context: Context) -> Config:
+        """The resolved config of ``context``'s run."""
+        return self.client(context).federation.config
+
     def client(self, context: Context) -> NodeClient:
         """This node's client, loading the node's data once per process and config."""
         config = self.source.config_for(context)
@@ -364,7 +375,8 @@ def make_client_app(source: Source | None = None) -> ClientApp:
     app.query("fedkit_describe")(side)
     app.query("fedkit_setup")(side)
     app.query()(side)
-    app.train()(side)
+    # secure aggregation: Flower's SecAgg+ mod around the fit (other messages pass it by)
+    app.train(mods=[client_mod(side.secure_fit, side.config_of)])(side)
     app.evaluate()(side)
     return app
 

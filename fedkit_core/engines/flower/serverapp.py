@@ -92,6 +92,22 @@ class FlowerTransport:
             replies.update(self.exchange(failed))
         return {cid: replies[self.nodes[cid]] for cid in messages}
 
+    def secure_fit(
+        self,
+        messages: dict[str, Message],
+        rnd: int,
+        config: Config,
+        global_state: dict[str, Any],
+    ) -> tuple[dict[str, Message], Message]:
+        """The fit messages through Flower's SecAgg+ (:mod:`fedkit_core.privacy.secure`):
+        each client's reply scalars (or failure) and the weighted mean of the updates."""
+        from fedkit_core.privacy.secure import secure_fit
+
+        by_node = {self.nodes[cid]: m for cid, m in messages.items()}
+        replies, summed = secure_fit(self.grid, by_node, rnd, config, global_state)
+        self.observer.on_phase(rnd, "secure aggregation", len(messages), len(messages))
+        return {cid: replies[self.nodes[cid]] for cid in messages}, summed
+
     def exchange(self, messages: dict[int, Message]) -> dict[int, Message]:
         """Send one message per node id; the replies (or failures) by node id."""
         if not messages:

@@ -29,7 +29,15 @@ from collections.abc import Sequence
 
 import torch
 
-from fedkit_core.plugin import FedkitError, Option, Payload, hookimpl, weighted_average
+from fedkit_core.plugin import (
+    INDIVIDUAL,
+    Channel,
+    FedkitError,
+    Option,
+    Payload,
+    hookimpl,
+    weighted_average,
+)
 
 fedkit_api = 2
 
@@ -114,6 +122,19 @@ def contributions(
     data = normalise(minus_scores, floor)
     merged = grad + data if mode == "sum" else grad * data
     return normalise(merged.tolist(), floor)
+
+
+@hookimpl
+def fedkit_channels(server):
+    """Each client's leave-one-out score, and cosines between the clients' own updates."""
+    return [
+        Channel(SCORE, "each client's leave-one-out score on its own validation split"),
+        Channel(
+            "fedce.cosines",
+            "gradient cosines between each client's update and the others'",
+            kind=INDIVIDUAL,
+        ),
+    ]
 
 
 @hookimpl

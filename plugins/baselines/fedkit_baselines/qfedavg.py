@@ -22,7 +22,15 @@ from __future__ import annotations
 import torch
 
 from fedkit_baselines.anchors import evaluating, shared_parameters, squared_distance
-from fedkit_core.plugin import FedkitError, Option, hookimpl, lr_at, weighted_average
+from fedkit_core.plugin import (
+    INDIVIDUAL,
+    Channel,
+    FedkitError,
+    Option,
+    hookimpl,
+    lr_at,
+    weighted_average,
+)
 
 fedkit_api = 2
 
@@ -100,6 +108,20 @@ def qffl_update(
         )
         out[key] = (w.double() - delta / h).to(w.dtype)
     return out
+
+
+@hookimpl
+def fedkit_channels(server):
+    """Each client's loss and update distance, weighting its own update (q-FFL's h_k)."""
+    return [
+        Channel(LOSS, "each client's training loss of the global model"),
+        Channel(DISTANCE, "the squared norm of each client's update"),
+        Channel(
+            "qfedavg.step",
+            "the server step weights each client's update by its own loss to the power q",
+            kind=INDIVIDUAL,
+        ),
+    ]
 
 
 @hookimpl

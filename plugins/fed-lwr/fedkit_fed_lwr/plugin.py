@@ -17,7 +17,9 @@ from typing import Any
 import torch
 
 from fedkit_core.plugin import (
+    INDIVIDUAL,
     Ask,
+    Channel,
     ClientContext,
     FedkitError,
     Option,
@@ -28,6 +30,7 @@ from fedkit_core.plugin import (
     hookimpl,
     weighted_average,
 )
+from fedkit_core.plugin import QUERY as CHANNEL_QUERY
 from fedkit_fed_lwr.cka import ESTIMATORS, MIN_BLOCK
 from fedkit_fed_lwr.layers import DEFAULT_TYPES, deepest_layer, find_layers
 from fedkit_fed_lwr.similarity import MEASURES, layer_similarity
@@ -127,6 +130,23 @@ def fedkit_check(server: ServerContext) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- server
+
+
+@hookimpl
+def fedkit_channels(server: ServerContext) -> list[Channel]:
+    """The CKA query and the layer-wise re-aggregation of each client's update."""
+    return [
+        Channel(
+            QUERY,
+            "each client's per-layer CKA between its trained model and the anchor, on its own data",
+            kind=CHANNEL_QUERY,
+        ),
+        Channel(
+            "fed-lwr.weights",
+            "layer-wise weights per client applied to each client's update",
+            kind=INDIVIDUAL,
+        ),
+    ]
 
 
 @hookimpl

@@ -19,6 +19,8 @@ from torch import nn
 
 from fedkit_core.plugin import (
     CLASSIFICATION,
+    INDIVIDUAL,
+    Channel,
     FedkitError,
     Option,
     check_source,
@@ -201,6 +203,26 @@ def fedkit_loss_terms(client, batch, outputs):
         # (BSM in the paper), or whichever active plugin owns the task loss
         terms["fed-mas.aux"] = client.task_loss(batch, {"logits": aux_logits})
     return terms
+
+
+@hookimpl
+def fedkit_channels(server):
+    """With ``aggregation=mas`` each client reports its rescue factor, which weights its own
+    update: a per-client statistic and an aggregation of individual updates."""
+    if server.options()["aggregation"] != "mas":
+        return None
+    return [
+        Channel(
+            RF,
+            "each client's rescue factor, from its class-wise distances to the prior "
+            "on its training data",
+        ),
+        Channel(
+            "fed-mas.weights",
+            "the aggregation weights each client's update by its own rescue factor",
+            kind=INDIVIDUAL,
+        ),
+    ]
 
 
 @hookimpl

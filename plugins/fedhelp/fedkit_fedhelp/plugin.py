@@ -52,7 +52,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedkit_core.plugin import (
+    INDIVIDUAL,
     SEGMENTATION,
+    Channel,
     FedkitError,
     Option,
     build_knowledge,
@@ -296,6 +298,21 @@ def fedkit_round_start(client):
 @hookimpl
 def fedkit_configure_fit(server, client_id):
     return roles.role_payload(server, client_id)
+
+
+@hookimpl
+def fedkit_channels(server):
+    """With ``num_large`` the server ranks the clients by the sizes their updates report."""
+    if not server.options()["num_large"]:
+        return None
+    return [
+        Channel(
+            "fedhelp.sizes",
+            "each client's training-set size (num_examples), ranked by "
+            "the server to pick the large clients",
+            kind=INDIVIDUAL,
+        )
+    ]
 
 
 @hookimpl

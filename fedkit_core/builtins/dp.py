@@ -1,0 +1,11 @@
+"""The ``dp.*`` options (differential privacy, see :mod:`fedkit_core.privacy`)."""
+
+from __future__ import annotations
+
+from fedkit_core.hookspecs import hookimpl
+from fedkit_core.privacy.options import DP_OPTIONS
+
+
+@hookimpl
+def fedkit_options():
+    return list(DP_OPTIONS)

@@ -1,0 +1,11 @@
+"""The ``secagg.*`` options (secure aggregation, see :mod:`fedkit_core.privacy.secure`)."""
+
+from __future__ import annotations
+
+from fedkit_core.hookspecs import hookimpl
+from fedkit_core.privacy.options import SECAGG_OPTIONS
+
+
+@hookimpl
+def fedkit_options():
+    return list(SECAGG_OPTIONS)
