@@ -15,7 +15,7 @@ from fedkit_core import run
 from fedkit_core.aggregation import weighted_average
 from fedkit_core.engines.checkpoint import ServerCheckpoints
 from fedkit_core.errors import FedkitError
-from fedkit_core.models import build_model
+from fedkit_core.models import build_model, input_statistics
 from fedkit_core.models.imagenet import LITE, build_lite, name_table, to_timm, weights_file
 from fedkit_core.models.inputs import PretrainedBackbone, PretrainedInput
 from fedkit_core.priors import encoder_feature_dim, frozen_encoder
@@ -321,9 +321,17 @@ def test_averaging_equal_entries_returns_them_exactly():
     assert not torch.equal(acc, value)
 
 
-def test_pretrained_timm_models_without_the_hub_fail_clearly():
-    with pytest.raises(FedkitError, match="unknown model"):
-        build_model(_task(), "no_such_net", pretrained=True)
+def test_which_backbones_take_their_pretraining_input():
+    lite = ((0.5,) * 3, (0.5,) * 3)
+    assert input_statistics("efficientnet_lite0", False) == lite  # pretrained or not
+    assert input_statistics("tf_efficientnet_lite2", True) == lite
+    mean, std = input_statistics("resnet18", True)  # timm's config, for hub weights
+    assert mean == pytest.approx((0.485, 0.456, 0.406)) and std == pytest.approx(
+        (0.229, 0.224, 0.225)
+    )
+    for name, pretrained in (("resnet18", False), ("cnn", True), ("resnet20", True), ("m:f", True)):
+        assert input_statistics(name, pretrained) is None
+    assert not isinstance(build_model(_task(1, 28), "resnet18").backbone, PretrainedBackbone)
 
 
 # ------------------------------------------------------------------ the prior source
