@@ -247,16 +247,18 @@ def plot_groups(
         for i, (label, runs) in enumerate(groups.items()):
             color = f"C{i % 10}"
             rounds, values = _per_round(runs, scope, key, split)
+            if label in references:
+                style = {"ls": "--", "lw": 1.8, "label": references[label]}
+            else:
+                style = {"marker": "o", "ms": 2.5, "label": label}
             if not np.isfinite(values).any():  # e.g. solo has no global model
+                ax.plot([], [], color=color, **style)  # in the legend, in its place
                 continue
             with warnings.catch_warnings():  # a round no run of the group scored
                 warnings.simplefilter("ignore", RuntimeWarning)
                 mean = np.nanmean(values, axis=0)
                 std = np.nanstd(values, axis=0)
-            if label in references:
-                ax.plot(rounds, mean, "--", lw=1.8, color=color, label=references[label])
-            else:
-                ax.plot(rounds, mean, "o-", ms=2.5, color=color, label=label)
+            ax.plot(rounds, mean, color=color, **style)
             if len(runs) >= 2:
                 ax.fill_between(rounds, mean - std, mean + std, color=color, alpha=0.2, lw=0)
         ax.set_title(title)
@@ -281,6 +283,7 @@ def plot_client_gains(
     gains = section["gains"]
     clients = list(dict.fromkeys(c for per in section["scores"].values() for c in per))
     specs = list(gains)
+    order = list(section["scores"])  # every runspec: the colours of the compare figure
     width = 0.8 / max(len(specs), 1)
     fig, ax = plt.subplots(figsize=(max(5.0, 0.5 * len(clients) * len(specs) + 2.5), 3.8))
     for i, spec in enumerate(specs):
@@ -293,16 +296,17 @@ def plot_client_gains(
             high = [0.0 if g is None else g["ci_t"][1] - g["mean"] for g in found]
             errors = np.array([low, high])
         reference = spec in labels
+        color = f"C{order.index(spec) % 10}"
         ax.bar(
             xs,
             means,
             width,
             yerr=errors,
             capsize=2,
-            color=f"C{i % 10}",
+            color=color,
             alpha=0.55 if reference else 0.85,
             hatch="//" if reference else None,
-            edgecolor=f"C{i % 10}",
+            edgecolor=color,
             label=labels.get(spec, spec),
         )
     ax.axhline(0.0, color="k", lw=1)
@@ -310,10 +314,11 @@ def plot_client_gains(
     metric = metric_name(section["metric"], short=True)
     reference = section["reference"]
     seeds = len(section["seeds"])
-    interval = ", bars: 95% paired-t interval" if seeds >= 2 else ", one seed: no interval"
+    interval = "95% paired-t intervals" if seeds >= 2 else "one seed: no interval"
     ax.set(
         ylabel=f"gain in test {metric} over {reference}",
-        title=f"per client, mean over {seeds} paired seed{'s' * (seeds != 1)}{interval}",
+        title=f"each client's gain over {labels.get(reference, reference)}\n"
+        f"mean over {seeds} paired seed{'s' * (seeds != 1)}, {interval}",
     )
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
