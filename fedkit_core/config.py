@@ -129,6 +129,15 @@ CORE_OPTIONS: tuple[Option, ...] = (
         choices=("auto", "ce", "bsm", "dice", "dice_ce"),
     ),
     Option("model", str, "auto", "cnn, unet, resnet20..110, timm name, or user module:factory"),
+    Option(
+        "bn",
+        str,
+        "average",
+        "batch-norm layers: average (aggregated with the model, running statistics "
+        "included) or local (weights and statistics stay on each client, as FedBN; the "
+        "global view then evaluates each client with its own)",
+        choices=("average", "local"),
+    ),
     Option("pretrained", bool, False, "load the timm model's pretrained weights (needs the hub)"),
     Option("model_weights", str, None, "path of a checkpoint to initialise the backbone from"),
     Option("unet_channels", "list[int]", [16, 32, 64, 128], "U-Net channels per level"),

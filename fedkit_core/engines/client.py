@@ -38,7 +38,8 @@ from fedkit_core.tasks.base import SEGMENTATION, Batch, ClientData, TaskInfo
 if TYPE_CHECKING:
     from fedkit_core.engines.pool import ModelPool
 
-#: prefix of the plugin entries (``fedkit_configure_fit``) in a fit message
+#: prefix of the plugins' arrays in a fit message (``fedkit_configure_fit``) and in its
+#: reply (``fedkit_client_report`` returning a :class:`Payload`)
 PAYLOAD = "payload/"
 #: prefix of a previous round's evaluation that travels with a fit message and its reply
 #: (``eval_with_fit``: the scalars of the ``evaluate`` message of the global arrays the fit
@@ -49,11 +50,17 @@ CLASS_COUNTS = "class_counts"
 
 
 def build_model(plugins: PluginSet, ctx: ServerContext | ClientContext) -> FedModel:
-    """The model for one party: the exclusive builder, then every plugin's extension."""
+    """The model for one party: the exclusive builder, then every plugin's extension, then
+    the ``bn`` policy (``local``: every batch-norm layer private)."""
     model = plugins.hook.fedkit_build_model(ctx=ctx)
     if not isinstance(model, FedModel):
         raise FedkitError(f"fedkit_build_model returned {type(model).__name__}, not a FedModel")
     plugins.hook.fedkit_extend_model(model=model, ctx=ctx)
+    if ctx.config["bn"] == "local" and not model.keep_batch_norm_local():
+        raise FedkitError(
+            "bn=local keeps the batch-norm layers on the clients, but this model has none "
+            f"(model={ctx.config['model']}); use bn=average"
+        )
     return model
 
 
@@ -210,11 +217,19 @@ class ClientRuntime:
             self.optimizer = None
         scalars: dict[str, Any] = {"num_examples": len(ctx.data["train"])}
         scalars.update({k: float(v) / max(steps, 1) for k, v in sums.items()})
+        sent = Payload()
         for extra in self.hook.fedkit_client_report(client=ctx):
-            scalars.update(extra or {})
+            if isinstance(extra, Payload):
+                sent.merge(extra, "fedkit_client_report")
+            else:
+                scalars.update(extra or {})
+        scalars.update(sent.scalars)
+        arrays = check_arrays(sent.arrays, f"client {ctx.id} report")
         self.dirty = True
         return Message(
-            "fit", model.shared_state(), check_scalars(scalars, f"client {ctx.id} report")
+            "fit",
+            {**model.shared_state(), **{PAYLOAD + k: v for k, v in arrays.items()}},
+            check_scalars(scalars, f"client {ctx.id} report"),
         )
 
     def _optimizer(self, lr: float) -> torch.optim.Optimizer:

@@ -91,6 +91,7 @@ def write_results(
         wall_seconds=server.seconds,
         setup_bytes=server.setup_traffic,
         priors=server.ctx.priors,
+        normalisation=server.normalisation,
     )
     if run_dir is not None:
         writer.write(run_dir, results)

@@ -137,6 +137,9 @@ class Server:
         #: the record of the last round while its evaluation waits for the next round's
         #: messages (see :meth:`run`)
         self.pending: dict[str, Any] | None = None
+        #: how the model's batch-norm layers travel (``bn``: see
+        #: :meth:`~fedkit_core.models.fedmodel.FedModel.batch_norm_policy`), set by :meth:`setup`
+        self.normalisation: dict[str, Any] = {}
 
     @property
     def hook(self) -> Any:
@@ -169,6 +172,10 @@ class Server:
         torch.manual_seed(derive_seed(self.config["seed"], "model", "server"))
         model = build_model(self.plugins, self.ctx)
         self.ctx.global_state = model.shared_state()
+        self.normalisation = {
+            "bn": model.batch_norm_policy(),
+            "batch_norm_layers": len(model.batch_norm_layers(extras=False)),
+        }
         self.global_only = not self.plugins.active and not model.private_state()
         self.eval_with_fit = self.eval_with_fit and self.global_only
 
@@ -224,7 +231,7 @@ class Server:
         is completed (``on_round``) before this one aggregates."""
         ctx, cfg = self.ctx, self.config
         ctx.round = rnd
-        sampled = sample_clients(self.client_ids, cfg["sample_fraction"], cfg["seed"], rnd)
+        sampled = self._sample(rnd)
         self.observer.on_phase(rnd, "train", 0, len(sampled))
         self.traffic = {}
         messages = {cid: self._fit_message(cid, rnd) for cid in sampled}
@@ -235,7 +242,7 @@ class Server:
             replies = self._fit_and_evaluate(transport, messages, pending)
             self._complete(pending, on_round)
         ok = self._failures("fit", rnd, replies, required=self._required(len(sampled)))
-        updates = [Update(cid, replies[cid].arrays, replies[cid].scalars) for cid in ok]
+        updates = [_update(cid, replies[cid]) for cid in ok]
         new_state = self.hook.fedkit_aggregate(
             server=ctx, updates=updates, ask=self._asker(transport, rnd, ok)
         )
@@ -258,6 +265,25 @@ class Server:
         elif rnd % cfg["eval_every"] == 0:
             self.pending = record
         return record
+
+    def _sample(self, rnd: int) -> list[str]:
+        """The clients that train in round ``rnd``: a plugin's choice
+        (``fedkit_select_clients``), else ``sample_fraction`` of them drawn from the seed."""
+        chosen = self.hook.fedkit_select_clients(server=self.ctx, clients=self.client_ids)
+        if chosen is None:
+            cfg = self.config
+            return sample_clients(self.client_ids, cfg["sample_fraction"], cfg["seed"], rnd)
+        if isinstance(chosen, str) or not all(isinstance(c, str) for c in chosen):
+            raise FedkitError(
+                f"fedkit_select_clients returned {chosen!r}, not a list of client ids"
+            )
+        unknown = sorted(set(chosen) - set(self.client_ids))
+        if unknown or not chosen:
+            raise FedkitError(
+                f"fedkit_select_clients chose {list(chosen)!r} in round {rnd}: "
+                + (f"unknown clients {unknown}" if unknown else "no client")
+            )
+        return [cid for cid in self.client_ids if cid in set(chosen)]
 
     def _fit_and_evaluate(
         self, transport: Transport, messages: dict[str, Message], pending: dict[str, Any]
@@ -513,6 +539,13 @@ class Server:
         self.events = snap["events"]
         self.seconds = snap["seconds"]
         self.best_state = snap.get("best_state")
+
+
+def _update(cid: str, reply: Message) -> Update:
+    """A client's fit reply as an :class:`Update`: the model's arrays and the scalars, and
+    apart the arrays plugins sent up (:data:`PAYLOAD`)."""
+    fit, sent = take_out(reply, PAYLOAD, "fit")
+    return Update(cid, fit.arrays, fit.scalars, payload=sent.arrays)
 
 
 def _mean_metrics(metrics: Iterable[dict[str, float]]) -> dict[str, float]:

@@ -172,16 +172,22 @@ class Comparison:
     main: str
     seeds: list[int]
     diff: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    #: each runspec's batch-norm policy (:func:`bn_policy`)
+    bn: dict[str, str] = field(default_factory=dict)
 
     def rows(self) -> list[dict[str, str]]:
-        """One row per compared number, one column per runspec (mean ± std), for a console."""
-        return [
+        """One row per compared number, one column per runspec (mean ± std), for a console;
+        then the batch-norm policy of each."""
+        rows = [
             {
                 "metric": metric_label(c),
                 **{s: f"{r[c]['mean']:.4f} ± {r[c]['std']:.4f}" for s, r in self.table.items()},
             }
             for c in _columns(self.table, self.main)
         ]
+        if self.bn:
+            rows.append({"metric": "batch norm", **{s: self.bn.get(s, "") for s in self.table}})
+        return rows
 
     def diff_rows(self) -> list[dict[str, str]]:
         """One row per runspec and compared number: the paired difference to the baseline."""
@@ -277,11 +283,34 @@ def latex_table(
     return "\n".join(lines) + "\n"
 
 
+def bn_policy(results: Mapping[str, Any]) -> str:
+    """A run's batch-norm policy (``normalisation.bn`` of results.json: average, local,
+    mixed, none; ``unknown`` for results written before it was recorded)."""
+    return results.get("normalisation", {}).get("bn", "unknown")
+
+
+def bn_note(bn: Mapping[str, str]) -> str:
+    """What the batch-norm policies of the compared runspecs mean for their numbers."""
+    meaning = {
+        "average": "averaged with the model (the global view uses the averaged statistics)",
+        "local": "kept on each client (the global view evaluates each client with its own)",
+        "mixed": "partly kept on the clients",
+        "none": "none in the model",
+        "unknown": "not recorded",
+    }
+    return (
+        "Batch norm: "
+        + "; ".join(f"{spec}: {meaning.get(policy, policy)}" for spec, policy in bn.items())
+        + "."
+    )
+
+
 def notes(
     table: Mapping[str, Mapping[str, Any]],
     main: str,
     seeds: Sequence[int],
     views: Mapping[str, str],
+    bn: Mapping[str, str] | None = None,
 ) -> list[str]:
     """What the table's numbers are: seeds, scopes, metric names and, per runspec, whether
     the per-client numbers come from personalised models (``views``: runspec -> the view
@@ -301,6 +330,7 @@ def notes(
         f"{metric_name(main, short=True)}; best val round: the global model of the round best "
         f"on validation. {names}.",
         f"Per-client numbers: {served}.",
+        *([bn_note(bn)] if bn else []),
     ]
 
 
@@ -329,9 +359,10 @@ def write_summary(
     from fedkit_core.results.plots import plot_groups
 
     views = {spec: client_view(seeds_runs[0]["final"]) for spec, seeds_runs in runs.items()}
+    bn = {spec: bn_policy(seeds_runs[0]) for spec, seeds_runs in runs.items()}
     columns = _columns(table, main)
     headers = [metric_label(c) for c in columns]
-    paragraphs = notes(table, main, seeds, views)
+    paragraphs = notes(table, main, seeds, views, bn)
     parts = [*paragraphs, markdown_table(table, columns, headers=headers)]
     if diff:
         parts += [diff_note(next(iter(table)), seeds), rows_markdown(diff_rows(diff, columns))]
@@ -435,4 +466,5 @@ def compare(
     diff = paired_table(table)
     write_json(out / "compare.json", {**table, DIFF: diff} if diff else table)
     write_summary(out, table, runs, main, seeds, diff)
-    return Comparison(table, main, list(seeds), diff)
+    bn = {spec: bn_policy(seeds_runs[0]) for spec, seeds_runs in runs.items()}
+    return Comparison(table, main, list(seeds), diff, bn)
