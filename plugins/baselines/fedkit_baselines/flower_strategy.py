@@ -33,15 +33,17 @@ strategies, and Flower's legacy ``flwr.server.strategy`` classes. Randomness ins
 strategy (the DP noise, its node sampling) draws from NumPy's and Python's global generators,
 seeded per round from the run's seed and restored afterwards. What the strategy keeps
 across rounds (moments, momentum, clipping norms: its attributes that hold arrays or plain
-values) is saved in the server's plugin state after every round, so checkpoints carry it and
-``fedkit resume`` continues with it.
+values, and those of a wrapped strategy) is saved in the server's plugin state after every
+round and given back to the strategy, built afresh, before the next: checkpoints carry it and
+``fedkit resume`` continues with it (attributes of other kinds start afresh each round).
+Flower's own INFO log lines of the two calls are silenced (warnings still show).
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import random
-import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -163,21 +165,13 @@ def fedkit_check(server):
     return None
 
 
-#: the strategy of each server context in this process (built once, restored from the
-#: server state on resume); keyed by id, with a weak reference to tell a recycled id apart
-_BUILT: dict[int, tuple[weakref.ref, Any]] = {}
-
-
 def strategy_of(server) -> Any:
-    kept = _BUILT.get(id(server))
-    if kept is not None and kept[0]() is server:
-        return kept[1]
-    for key in [k for k, (ref, _) in _BUILT.items() if ref() is None]:
-        del _BUILT[key]
+    """The run's strategy as it stood after the last round: built afresh and given back the
+    attributes saved in the server state (so a resumed run and an uninterrupted one are the
+    same computation)."""
     opts = server.options()
     strategy = build(opts["strategy"], opts["args"])
     restore(strategy, server.state.get("attributes", {}))
-    _BUILT[id(server)] = (weakref.ref(server), strategy)
     return strategy
 
 
@@ -244,6 +238,18 @@ def _seeded(seed: int) -> Iterator[None]:
     finally:
         np.random.set_state(numpy_state)
         random.setstate(python_state)
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Flower's INFO lines (``configure_train: Sampled 3 nodes``) silenced, warnings kept."""
+    logger = logging.getLogger("flwr")
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 @contextmanager
@@ -322,7 +328,8 @@ def fedkit_aggregate(server, updates, ask):
     state = server.global_state
     arrays = ArrayRecord({k: Array(v.numpy()) for k, v in state.items()})
     rnd = server.round
-    with message_identity(), _seeded(derive_seed(server.config["seed"], "flower-strategy", rnd)):
+    seed = derive_seed(server.config["seed"], "flower-strategy", rnd)
+    with message_identity(), _seeded(seed), _quiet():
         strategy.configure_train(rnd, arrays, ConfigRecord(), round_grid(nodes))
         replies = []
         for node, update in zip(nodes, updates):

@@ -66,7 +66,10 @@ def test_fedbn_is_fedavg_with_bn_local():
 class NoNorm:
     @hookimpl
     def fedkit_build_model(self, ctx):
-        body = nn.Sequential(nn.Flatten(), nn.LazyLinear(8), nn.ReLU())
+        channels = ctx.task.in_channels
+        body = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 8), nn.ReLU()
+        )
         return FedModel(body, nn.Linear(8, ctx.task.num_classes), 8)
 
 
