@@ -151,6 +151,15 @@ CORE_OPTIONS: tuple[Option, ...] = (
         "other timm models from the hub; images go in as 3 channels with the pretraining's "
         "normalisation",
     ),
+    Option(
+        "bn",
+        str,
+        "average",
+        "batch-norm layers: average (aggregated with the model, running statistics "
+        "included) or local (weights and statistics stay on each client, as FedBN; the "
+        "global view then evaluates each client with its own)",
+        choices=("average", "local"),
+    ),
     Option("model_weights", str, None, "path of a checkpoint to initialise the backbone from"),
     Option("unet_channels", "list[int]", [16, 32, 64, 128], "U-Net channels per level"),
     Option(

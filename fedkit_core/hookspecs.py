@@ -18,7 +18,7 @@ One round, in the order the hooks are called (see ``docs/architecture.md`` for a
     once     server: fedkit_options, fedkit_check       (before any data is loaded)
                      fedkit_server_priors, fedkit_build_model + fedkit_extend_model
              client: fedkit_client_priors, fedkit_build_model + fedkit_extend_model
-    round    server: fedkit_configure_fit                -> arrays + scalars go down
+    round    server: fedkit_select_clients, fedkit_configure_fit -> arrays + scalars go down
              client: (global arrays loaded) fedkit_round_start
                      fedkit_param_groups, fedkit_optimizer (when an optimiser is made)
                      per batch: fedkit_task_loss + fedkit_loss_terms
@@ -193,6 +193,19 @@ def fedkit_extend_model(model: FedModel, ctx: ServerContext | ClientContext) -> 
 # --------------------------------------------------------------------------- local training
 
 
+@exclusive
+def fedkit_select_clients(server: ServerContext, clients: Sequence[str]) -> Sequence[str] | None:
+    """Which clients train this round. Exclusive; called on the server at the start of every
+    round (``server.round`` is set), before :func:`fedkit_configure_fit`.
+
+    ``clients`` are every client id of the task. Return the ids that train (at least one;
+    they train in id order, in parallel), or ``None`` for the built-in sampling
+    (``sample_fraction`` of the clients, drawn from the seed and the round). The choice must
+    follow from the seed, the round and ``server.state`` alone, so that a resumed run
+    chooses as the uninterrupted one did (Cyclic's turns: one client per round).
+    """
+
+
 @hookspec
 def fedkit_configure_fit(server: ServerContext, client_id: str) -> Payload | None:
     """What a plugin sends down with this round's fit message. Additive; called on the server
@@ -270,12 +283,17 @@ def fedkit_loss_terms(
 
 
 @hookspec
-def fedkit_client_report(client: ClientContext) -> Mapping[str, Scalar] | None:
-    """Scalars a client sends up with its update. Additive; called after local training.
+def fedkit_client_report(client: ClientContext) -> Mapping[str, Scalar] | Payload | None:
+    """Scalars (and arrays) a client sends up with its update. Additive; called after local
+    training.
 
     ``client.model`` holds the locally trained weights. Return plain numbers, prefixed by
     the plugin's name (Fed-MAS's ``"fed-mas.rf"``). They reach the server in
-    ``Update.scalars`` next to the built-in ``num_examples`` and ``loss``.
+    ``Update.scalars`` next to the built-in ``num_examples`` and ``loss``. A plugin that
+    sends arrays beside the model (SCAFFOLD's control variates) returns a :class:`Payload`
+    instead: its scalars join ``Update.scalars``, its arrays arrive in ``Update.payload``
+    (names as given, prefixed by the plugin's name), in the same reply, so their bytes are
+    counted with the round's upload.
     """
 
 

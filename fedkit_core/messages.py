@@ -42,11 +42,14 @@ class Message:
 
 @dataclass
 class Update:
-    """A client's contribution to aggregation: its uploaded shared arrays and its scalars."""
+    """A client's contribution to aggregation: its uploaded shared arrays, its scalars and
+    the arrays plugins sent up beside the model (``payload``: what ``fedkit_client_report``
+    returned as a :class:`Payload`, e.g. SCAFFOLD's control variates)."""
 
     client_id: str
     arrays: Arrays
     scalars: Scalars
+    payload: Arrays = field(default_factory=dict)
 
     @property
     def num_examples(self) -> int:
@@ -56,8 +59,8 @@ class Update:
 @dataclass
 class Payload:
     """Named arrays and scalars a plugin adds to a message: what the server sends with a fit
-    message (``fedkit_configure_fit``) or what a client answers to a query
-    (``fedkit_answer_query``)."""
+    message (``fedkit_configure_fit``), what a client sends up with its update
+    (``fedkit_client_report``) or what it answers to a query (``fedkit_answer_query``)."""
 
     arrays: Arrays = field(default_factory=dict)
     scalars: Scalars = field(default_factory=dict)

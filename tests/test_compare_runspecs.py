@@ -43,3 +43,15 @@ def test_markdown_table_scales_and_rounds():
     table = {"fca": {"G bacc": {"mean": 0.3625, "std": 0.019}}}
     text = compare.markdown_table(table, ["G bacc"], scale=100.0, digits=1)
     assert text.splitlines() == ["| runspec | G bacc |", "|---|---|", "| fca | 36.2 ± 1.9 |"]
+
+
+def test_the_batch_norm_policy_of_each_runspec_is_stated():
+    entry = {"mean": 0.5, "std": 0.25, "per_seed": [0.25, 0.75]}
+    table = {"fedavg": {"final.global.bacc": entry}, "fedbn": {"final.global.bacc": entry}}
+    bn = {"fedavg": "average", "fedbn": "local"}
+    rows = compare.Comparison(table, "bacc", [0, 1], bn=bn).rows()
+    assert rows[-1] == {"metric": "batch norm", "fedavg": "average", "fedbn": "local"}
+    note = compare.notes(table, "bacc", [0, 1], {"fedavg": "global", "fedbn": "global"}, bn)[-1]
+    assert note.startswith("Batch norm: fedavg: averaged with the model")
+    assert "fedbn: kept on each client" in note
+    assert compare.bn_policy({"final": {}}) == "unknown"  # results written before it existed

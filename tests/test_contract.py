@@ -168,6 +168,7 @@ def test_exclusive_hooks_are_declared_on_their_specs():
         "fedkit_task_loss",
         "fedkit_aggregate",
         "fedkit_client_view",
+        "fedkit_select_clients",
     }
 
 
@@ -462,3 +463,64 @@ class Ranged:
     @hookimpl
     def fedkit_options(self):
         return [Option("term", float, 0.25, "a non-negative weight", min=0.0)]
+
+
+class Carrier:
+    """Sends arrays up beside the model (a report returning a Payload) and chooses the
+    round's clients: two of three, in turns."""
+
+    def __init__(self, choice=None) -> None:
+        self.seen: list[dict] = []
+        self.choice = choice
+
+    @hookimpl
+    def fedkit_select_clients(self, server, clients):
+        if self.choice is not None:
+            return self.choice
+        return [c for i, c in enumerate(clients) if i != (server.round - 1) % len(clients)]
+
+    @hookimpl
+    def fedkit_client_report(self, client):
+        return Payload({"carrier.head": 2 * client.model.head.weight.detach()}, {"carrier.n": 7})
+
+    @hookimpl
+    def fedkit_aggregate(self, server, updates, ask):
+        self.seen.append({u.client_id: u for u in updates})
+        return None  # the built-in FedAvg
+
+
+def test_a_report_sends_arrays_up_beside_the_model_and_their_bytes_count():
+    carrier = Carrier()
+    results = run(tiny(rounds=3, eval_test="every"), plugins={"carrier": carrier})
+    assert [r["sampled"] for r in results.rounds] == [
+        ["site1", "site2"],
+        ["site0", "site2"],
+        ["site0", "site1"],
+    ]
+    for updates in carrier.seen:
+        for update in updates.values():
+            assert set(update.payload) == {"carrier.head"}
+            assert torch.equal(update.payload["carrier.head"], 2 * update.arrays["head.weight"])
+            assert not any(k.startswith("payload/") for k in update.arrays)
+            assert update.scalars["carrier.n"] == 7
+
+    # the same run without the payload: its bytes up are the payload's fewer
+    class Plain(Carrier):
+        @hookimpl
+        def fedkit_client_report(self, client):
+            return {"carrier.n": 7}
+
+    plain = run(tiny(rounds=3, eval_test="every"), plugins={"carrier": Plain()})
+    head = carrier.seen[0]["site1"].payload["carrier.head"]
+    extra = head.numel() * head.element_size() + len("payload/carrier.head")
+    for mine, theirs in zip(results.rounds, plain.rounds, strict=True):
+        for cid in mine["sampled"]:
+            assert mine["bytes"][cid]["up"] - theirs["bytes"][cid]["up"] == extra
+
+
+@pytest.mark.parametrize(
+    ("choice", "message"), [(["nowhere"], "unknown clients"), ([], "no client")]
+)
+def test_a_bad_choice_of_clients_is_a_clear_error(choice, message):
+    with pytest.raises(FedkitError, match=message):
+        run(tiny(rounds=1), plugins={"carrier": Carrier(choice)})

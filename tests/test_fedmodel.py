@@ -47,3 +47,22 @@ def test_strict_weights_tolerate_missing_batchnorm_counters(tmp_path):
     torch.save(state, tmp_path / "partial.pt")
     with pytest.raises(FedkitError, match="does not fit"):
         load_weights(net, str(tmp_path / "partial.pt"), strict=True)
+
+
+def test_the_batch_norm_policy_follows_what_is_private():
+    def model() -> FedModel:
+        body = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.Flatten(), nn.Linear(8, 4))
+        built = FedModel(body, nn.Sequential(nn.BatchNorm1d(4), nn.Linear(4, 2)), 4)
+        built.add_extra("copy", nn.BatchNorm1d(4), private=True)  # a plugin's, not the model's
+        return built
+
+    assert model().batch_norm_layers(extras=False) == ["backbone.1", "head.0"]
+    assert model().batch_norm_policy() == "average"
+    local = model()
+    assert local.keep_batch_norm_local() == ["backbone.1", "head.0", "extras.copy"]
+    assert local.batch_norm_policy() == "local"
+    assert not any("running_mean" in k for k in local.shared_state())
+    mixed = model()
+    mixed.mark_private("head")
+    assert mixed.batch_norm_policy() == "mixed"
+    assert FedModel(nn.Linear(3, 4), nn.Linear(4, 2), 4).batch_norm_policy() == "none"

@@ -114,3 +114,5 @@ def test_seeds_are_paired_across_runspecs(tmp_path, monkeypatch):
     assert set(found.diff) == {str(other)}
     md = (tmp_path / "cmp" / "compare.md").read_text()
     assert "Paired differences to fedavg" in md and f"{other}: global bACC" in md
+    assert "Batch norm: fedavg: averaged with the model" in md
+    assert found.bn == {"fedavg": "average", str(other): "average"}

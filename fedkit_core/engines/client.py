@@ -41,7 +41,8 @@ from fedkit_core.tasks.base import SEGMENTATION, Batch, ClientData, TaskInfo
 if TYPE_CHECKING:
     from fedkit_core.engines.pool import ModelPool
 
-#: prefix of the plugin entries (``fedkit_configure_fit``) in a fit message
+#: prefix of the plugins' arrays in a fit message (``fedkit_configure_fit``) and in its
+#: reply (``fedkit_client_report`` returning a :class:`Payload`)
 PAYLOAD = "payload/"
 #: prefix of a previous round's evaluation that travels with a fit message and its reply
 #: (``eval_with_fit``: the scalars of the ``evaluate`` message of the global arrays the fit
@@ -53,7 +54,8 @@ CLASS_COUNTS = "class_counts"
 
 def build_model(plugins: PluginSet, ctx: ServerContext | ClientContext) -> FedModel:
     """The model for one party: the exclusive builder, then every plugin's extension, then
-    the ``freeze`` config key (:meth:`FedModel.freeze`)."""
+    the ``freeze`` config key (:meth:`FedModel.freeze`) and the ``bn`` policy (``local``:
+    every batch-norm layer private)."""
     model = plugins.hook.fedkit_build_model(ctx=ctx)
     if not isinstance(model, FedModel):
         raise FedkitError(f"fedkit_build_model returned {type(model).__name__}, not a FedModel")
@@ -61,6 +63,11 @@ def build_model(plugins: PluginSet, ctx: ServerContext | ClientContext) -> FedMo
     model = prepare_model(model, ctx.config)  # dp.level=sample: no batch norm
     if ctx.config["freeze"]:
         model.freeze(ctx.config["freeze"])
+    if ctx.config["bn"] == "local" and not model.keep_batch_norm_local():
+        raise FedkitError(
+            "bn=local keeps the batch-norm layers on the clients, but this model has none "
+            f"(model={ctx.config['model']}); use bn=average"
+        )
     return model
 
 
@@ -209,11 +216,23 @@ class ClientRuntime:
         scalars: dict[str, Any] = {"num_examples": len(ctx.data["train"])}
         steps = int(sums.pop("steps", torch.zeros(())))
         scalars.update({k: float(v) / max(steps, 1) for k, v in sums.items()})
+        sent = Payload()
         for extra in self.hook.fedkit_client_report(client=ctx):
-            scalars.update(extra or {})
+            if isinstance(extra, Payload):
+                sent.merge(extra, "fedkit_client_report")
+            else:
+                scalars.update(extra or {})
+        scalars.update(sent.scalars)
+        extras = check_arrays(sent.arrays, f"client {ctx.id} report")
         self.dirty = True
         arrays = model.shared_state()
         if is_private(ctx.config):
+            if extras:  # DP and SecAgg+ protect the model's update, not a plugin's arrays
+                raise FedkitError(
+                    f"a plugin sends arrays up with the update ({', '.join(sorted(extras))}), "
+                    "which differential privacy and secure aggregation do not cover; run it "
+                    "without dp.* and secagg.enabled"
+                )
             if dpsgd is not None:
                 scalars.update(dpsgd.report())
             arrays, scalars = client_reply(
@@ -224,6 +243,7 @@ class ClientRuntime:
                 self.privatised,
                 f"client {ctx.id!r}",
             )
+        arrays = {**arrays, **{PAYLOAD + k: v for k, v in extras.items()}}
         return Message("fit", arrays, check_scalars(scalars, f"client {ctx.id} report"))
 
     def _train(

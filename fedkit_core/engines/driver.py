@@ -92,6 +92,7 @@ def write_results(
         setup_bytes=server.setup_traffic,
         priors=server.ctx.priors,
         privacy=server.privacy.summary(server.records, server.ctx.states.get("dp", {})),
+        normalisation=server.normalisation,
     )
     if run_dir is not None:
         writer.write(run_dir, results)

@@ -146,6 +146,9 @@ class Server:
         self.private = self.privacy.active or bool(config["secagg.enabled"])
         if config["secagg.enabled"]:  # an evaluation cannot travel inside SecAgg+'s stages
             self.eval_with_fit = False
+        #: how the model's batch-norm layers travel (``bn``: see
+        #: :meth:`~fedkit_core.models.fedmodel.FedModel.batch_norm_policy`), set by :meth:`setup`
+        self.normalisation: dict[str, Any] = {}
 
     @property
     def hook(self) -> Any:
@@ -180,6 +183,10 @@ class Server:
         torch.manual_seed(derive_seed(self.config["seed"], "model", "server"))
         model = build_model(self.plugins, self.ctx)
         self.ctx.global_state = model.shared_state()
+        self.normalisation = {
+            "bn": model.batch_norm_policy(),
+            "batch_norm_layers": len(model.batch_norm_layers(extras=False)),
+        }
         self.global_only = not self.plugins.active and not model.private_state()
         self.eval_with_fit = self.eval_with_fit and self.global_only
 
@@ -237,7 +244,7 @@ class Server:
         ctx.round = rnd
         sampled = self.privacy.sample(self.client_ids, rnd)
         if sampled is None:
-            sampled = sample_clients(self.client_ids, cfg["sample_fraction"], cfg["seed"], rnd)
+            sampled = self._sample(rnd)
         self.observer.on_phase(rnd, "train", 0, len(sampled))
         self.traffic = {}
         messages = self.fit_messages(sampled, rnd)
@@ -257,7 +264,7 @@ class Server:
                 ctx.global_state, summed, ok_replies, dp_state, rnd
             )
         else:
-            updates = [Update(cid, replies[cid].arrays, replies[cid].scalars) for cid in ok]
+            updates = [_update(cid, replies[cid]) for cid in ok]
             updates = self.privacy.updates(ctx.global_state, updates, dp_state, rnd)
         new_state = self.hook.fedkit_aggregate(
             server=ctx, updates=updates, ask=self._asker(transport, rnd, ok)
@@ -305,6 +312,25 @@ class Server:
             counts["down"] += message_bytes(message)
             counts["up"] += message_bytes(summed) if replies[cid].error is None else 0
         return replies, summed
+
+    def _sample(self, rnd: int) -> list[str]:
+        """The clients that train in round ``rnd``: a plugin's choice
+        (``fedkit_select_clients``), else ``sample_fraction`` of them drawn from the seed."""
+        chosen = self.hook.fedkit_select_clients(server=self.ctx, clients=self.client_ids)
+        if chosen is None:
+            cfg = self.config
+            return sample_clients(self.client_ids, cfg["sample_fraction"], cfg["seed"], rnd)
+        if isinstance(chosen, str) or not all(isinstance(c, str) for c in chosen):
+            raise FedkitError(
+                f"fedkit_select_clients returned {chosen!r}, not a list of client ids"
+            )
+        unknown = sorted(set(chosen) - set(self.client_ids))
+        if unknown or not chosen:
+            raise FedkitError(
+                f"fedkit_select_clients chose {list(chosen)!r} in round {rnd}: "
+                + (f"unknown clients {unknown}" if unknown else "no client")
+            )
+        return [cid for cid in self.client_ids if cid in set(chosen)]
 
     def _fit_and_evaluate(
         self, transport: Transport, messages: dict[str, Message], pending: dict[str, Any]
@@ -569,6 +595,13 @@ class Server:
         self.seconds = snap["seconds"]
         self.best_state = snap.get("best_state")
         self.privacy.restore(self.ctx.states.get("dp", {}))
+
+
+def _update(cid: str, reply: Message) -> Update:
+    """A client's fit reply as an :class:`Update`: the model's arrays and the scalars, and
+    apart the arrays plugins sent up (:data:`PAYLOAD`)."""
+    fit, sent = take_out(reply, PAYLOAD, "fit")
+    return Update(cid, fit.arrays, fit.scalars, payload=sent.arrays)
 
 
 def _mean_metrics(metrics: Iterable[dict[str, float]]) -> dict[str, float]:

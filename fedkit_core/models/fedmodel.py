@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from fedkit_core.errors import FedkitError
 
@@ -110,6 +111,33 @@ class FedModel(nn.Module):
                 if _under(name, frozen):
                     module.train(False)
         return self
+
+    def batch_norm_layers(self, extras: bool = True) -> list[str]:
+        """Names of the model's batch-norm layers (``backbone.bn1``...), with those inside
+        plugin extras unless ``extras=False`` (the model proper: backbone and head)."""
+        return [
+            name
+            for name, module in self.named_modules()
+            if isinstance(module, _BatchNorm) and (extras or not name.startswith("extras."))
+        ]
+
+    def keep_batch_norm_local(self) -> list[str]:
+        """Mark every batch-norm layer private (weights, biases and running statistics stay
+        on each client: FedBN, ``bn=local``); the names marked."""
+        names = self.batch_norm_layers()
+        for name in names:
+            self.mark_private(name)
+        return names
+
+    def batch_norm_policy(self) -> str:
+        """How the batch-norm layers of the model proper travel: ``average`` (shared:
+        aggregated with the weights), ``local`` (private on every client), ``mixed`` (some
+        of each) or ``none`` (the model has none)."""
+        layers = self.batch_norm_layers(extras=False)
+        if not layers:
+            return "none"
+        private = [self.is_private(f"{name}.entry") for name in layers]  # any entry of it
+        return "local" if all(private) else "mixed" if any(private) else "average"
 
     def forward(self, x: torch.Tensor) -> dict[str, Any]:
         features = self.backbone(x)

@@ -237,6 +237,8 @@ class Comparison:
     clients: dict[str, Any] = field(default_factory=dict)
     #: ``{runspec: convergence}`` (:func:`fedkit_core.results.convergence.convergence`)
     convergence: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: each runspec's batch-norm policy (:func:`bn_policy`)
+    bn: dict[str, str] = field(default_factory=dict)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -244,15 +246,24 @@ class Comparison:
         return reference_labels(self.references)
 
     def rows(self) -> list[dict[str, str]]:
-        """One row per compared number, one column per runspec (mean ± std), for a console."""
+        """One row per compared number, one column per runspec (mean ± std), for a console;
+        then the batch-norm policy of each."""
         names = self.labels
-        return [
+        rows = [
             {
                 "metric": metric_label(c),
                 **{names.get(s, s): _cell(r.get(c), 1.0, 4, " ± ") for s, r in self.table.items()},
             }
             for c in _columns(self.table, self.main)
         ]
+        if self.bn:
+            rows.append(
+                {
+                    "metric": "batch norm",
+                    **{names.get(s, s): self.bn.get(s, "") for s in self.table},
+                }
+            )
+        return rows
 
     def diff_rows(self) -> list[dict[str, str]]:
         """One row per runspec and compared number: the paired difference to the baseline."""
@@ -367,12 +378,35 @@ def latex_table(
     return "\n".join(lines) + "\n"
 
 
+def bn_policy(results: Mapping[str, Any]) -> str:
+    """A run's batch-norm policy (``normalisation.bn`` of results.json: average, local,
+    mixed, none; ``unknown`` for results written before it was recorded)."""
+    return results.get("normalisation", {}).get("bn", "unknown")
+
+
+def bn_note(bn: Mapping[str, str]) -> str:
+    """What the batch-norm policies of the compared runspecs mean for their numbers."""
+    meaning = {
+        "average": "averaged with the model (the global view uses the averaged statistics)",
+        "local": "kept on each client (the global view evaluates each client with its own)",
+        "mixed": "partly kept on the clients",
+        "none": "none in the model",
+        "unknown": "not recorded",
+    }
+    return (
+        "Batch norm: "
+        + "; ".join(f"{spec}: {meaning.get(policy, policy)}" for spec, policy in bn.items())
+        + "."
+    )
+
+
 def notes(
     table: Mapping[str, Mapping[str, Any]],
     main: str,
     seeds: Sequence[int],
     views: Mapping[str, str],
     references: Mapping[str, str] | None = None,
+    bn: Mapping[str, str] | None = None,
 ) -> list[str]:
     """What the table's numbers are: seeds, scopes, metric names, per runspec whether the
     per-client numbers come from personalised models (``views``: runspec -> the view that
@@ -394,6 +428,7 @@ def notes(
         f"on validation. {names}.",
         f"Per-client numbers: {served}.",
         *([about_references] if about_references else []),
+        *([bn_note(bn)] if bn else []),
     ]
 
 
@@ -438,9 +473,10 @@ def write_summary(
     references = references or {}
     labels = reference_labels(references)
     views = {spec: client_view(seeds_runs[0]["final"]) for spec, seeds_runs in runs.items()}
+    bn = {spec: bn_policy(seeds_runs[0]) for spec, seeds_runs in runs.items()}
     columns = _columns(table, main)
     headers = [metric_label(c) for c in columns]
-    paragraphs = notes(table, main, seeds, views, references)
+    paragraphs = notes(table, main, seeds, views, references, bn)
     parts = [*paragraphs, markdown_table(table, columns, headers=headers, labels=labels)]
     if converged:
         parts.append(convergence_note(converged))
@@ -577,10 +613,11 @@ def compare(
     chosen = reference or default_reference(list(runs), kinds)
     clients = clients_section(runs, main, chosen, seeds)
     converged = {spec: convergence(seeds_runs) for spec, seeds_runs in runs.items()}
+    bn = {spec: bn_policy(seeds_runs[0]) for spec, seeds_runs in runs.items()}
     summary = {**table, **({DIFF: diff} if diff else {}), CLIENTS: clients}
     write_json(
         out / "compare.json",
         {**summary, REFERENCES_KEY: references, CONVERGENCE: converged},
     )
     write_summary(out, table, runs, main, seeds, diff, references, clients, converged)
-    return Comparison(table, main, list(seeds), diff, references, clients, converged)
+    return Comparison(table, main, list(seeds), diff, references, clients, converged, bn)

@@ -15,6 +15,8 @@ such as FedCB's text statistics is identifiable) and ``final``. A reference run,
 method, says so in ``reference`` (``kind``: ``pooled``, centralised training on the union of
 the clients' data, or ``local``, each client alone; ``about``: what that means; see
 :data:`~fedkit_core.results.labels.REFERENCES`); a method's results have no such key.
+``normalisation`` says how batch-norm layers were handled (``bn`` = ``average``, ``local``,
+``mixed`` or ``none``, their number, and what the ``global`` view evaluated with).
 
 ``final`` holds the last round's (of a running run: the last round with test scores)
 ``global``, ``clients``, ``clients_mean``, ``fairness`` (``std`` and ``worst`` of the main
@@ -126,6 +128,7 @@ def build_results(
     setup_bytes: Mapping[str, Mapping[str, int]] | None = None,
     priors: Mapping[str, torch.Tensor] | None = None,
     privacy: Mapping[str, Any] | None = None,
+    normalisation: Mapping[str, Any] | None = None,
 ) -> Results:
     main = task["main_metric"]
     setup_bytes = dict(setup_bytes or {})
@@ -158,8 +161,29 @@ def build_results(
         setup_bytes=setup_bytes,
         events=list(events),
         priors=prior_digests(priors or {}),
+        normalisation=describe_normalisation(normalisation or {}),
         final=final,
     )
+
+
+#: what the ``global`` view evaluates, per batch-norm policy (``normalisation.bn``)
+GLOBAL_VIEWS = {
+    "average": "the global model, batch-norm statistics averaged with the weights",
+    "local": "the global weights with each client's own batch-norm layers (weights and "
+    "statistics): no single global model exists",
+    "mixed": "the global weights with each client's own copy of the batch-norm layers "
+    "kept local, the others averaged",
+    "none": "the global model (it has no batch-norm layers)",
+}
+
+
+def describe_normalisation(normalisation: Mapping[str, Any]) -> dict[str, Any]:
+    """``normalisation`` of results.json: the ``bn`` policy of the model proper (``average``,
+    ``local``, ``mixed``, ``none``), its number of batch-norm layers and what the ``global``
+    view evaluated with (empty when unknown)."""
+    if "bn" not in normalisation:
+        return {}
+    return {**normalisation, "global_view": GLOBAL_VIEWS[normalisation["bn"]]}
 
 
 def prior_digests(priors: Mapping[str, torch.Tensor]) -> dict[str, dict[str, Any]]:
