@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fedkit_core.config import Config
+from fedkit_core.engines.checkpoint import ServerCheckpoints
 from fedkit_core.engines.registry import get_engine
 from fedkit_core.engines.server import Observer
 from fedkit_core.errors import FedkitError
@@ -101,7 +102,7 @@ def resume(
     with run_dir.lock():
         if (done := _complete(run_dir)) is not None:
             return done
-        run_dir.check_edits(accept_edits)
+        run_dir.check_edits(accept_edits, ServerCheckpoints(run_dir.checkpoint).config())
         cfg, plugin_set = resolve_config(saved, plugins)
         return _continue(run_dir, cfg, plugin_set, observer or Observer())
 

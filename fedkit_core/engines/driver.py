@@ -14,7 +14,7 @@ from fedkit_core.messages import Message
 from fedkit_core.plugins import PluginSet
 from fedkit_core.results.plots import plot_run
 from fedkit_core.results.schema import Results, build_results
-from fedkit_core.results.store import ResultsWriter, RunDir
+from fedkit_core.results.store import ResultsWriter, RunDir, config_diff, config_hash
 
 log = logging.getLogger("fedkit")
 
@@ -43,6 +43,7 @@ def drive(
     server.setup_clients(_Resuming(transport, done), clients)
     if saved:
         server.restore(saved)
+        _record_edit(server, store.config(), done)
     server.seconds += time.perf_counter() - started
     writer = ResultsWriter()
 
@@ -53,6 +54,21 @@ def drive(
 
     server.run(transport, on_round=after_round)
     return finish_run(server, plugin_set, run_dir, writer)
+
+
+def _record_edit(server: Server, before: dict | None, done: int) -> None:
+    """Note in the results from which round on the run used an edited config (an edit
+    ``fedkit resume`` accepted): the rounds up to ``done`` ran under ``before``."""
+    after = server.config.nested()
+    if before is None or config_hash(before) == config_hash(after):
+        return
+    server.config_edits.append(
+        {
+            "from_round": done + 1,
+            "changes": config_diff(before, after),
+            "config_sha256": config_hash(after),
+        }
+    )
 
 
 class _Resuming:
@@ -91,6 +107,7 @@ def write_results(
         wall_seconds=server.seconds,
         setup_bytes=server.setup_traffic,
         priors=server.ctx.priors,
+        config_edits=server.config_edits,
     )
     if run_dir is not None:
         writer.write(run_dir, results)

@@ -119,6 +119,9 @@ class Server:
         self.ctx = ServerContext(task, config, device)
         self.records: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
+        #: accepted edits of the config on resume: from which round on the run used which
+        #: config (``fedkit resume --accept-edits``)
+        self.config_edits: list[dict[str, Any]] = []
         self.next_round = 1
         self.seconds = 0.0
         #: bytes sent to ("down") and received from ("up") each client in the current phase
@@ -502,6 +505,7 @@ class Server:
             "events": self.events,
             "seconds": self.seconds,
             "best_state": self.best_state,
+            "config_edits": self.config_edits,
         }
 
     def restore(self, snap: dict[str, Any]) -> None:
@@ -513,6 +517,7 @@ class Server:
         self.events = snap["events"]
         self.seconds = snap["seconds"]
         self.best_state = snap.get("best_state")
+        self.config_edits = snap.get("config_edits", [])
 
 
 def _mean_metrics(metrics: Iterable[dict[str, float]]) -> dict[str, float]:

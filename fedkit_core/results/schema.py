@@ -117,7 +117,11 @@ def build_results(
     wall_seconds: float,
     setup_bytes: Mapping[str, Mapping[str, int]] | None = None,
     priors: Mapping[str, torch.Tensor] | None = None,
+    config_edits: Sequence[Mapping[str, Any]] = (),
 ) -> Results:
+    """The results of a run: its config (with accepted edits, ``config_edits``: from which
+    round on each edited config was used), task, per-round records, events and the final
+    and best rounds' scores."""
     main = task["main_metric"]
     setup_bytes = dict(setup_bytes or {})
     final: dict[str, Any] = {
@@ -134,9 +138,11 @@ def build_results(
         best = _best(evaluated, main)
         if best is not None:
             final["best"] = best
+    edits = {"config_edits": [dict(e) for e in config_edits]} if config_edits else {}
     return Results(
         status=status,
         config=dict(config),
+        **edits,
         plugins=dict(plugins),
         task=dict(task),
         device=device,

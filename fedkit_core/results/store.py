@@ -11,6 +11,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import socket
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -249,30 +250,79 @@ class RunDir:
             f"reused nor overwritten: choose another --out, or delete {self.path} to run it again"
         )
 
-    def check_edits(self, accept: bool) -> None:
+    def recorded_hash(self) -> str | None:
+        """The hash in ``config.sha256``; None when it is missing or unreadable."""
+        try:
+            text = self.config_sha256.read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return text if re.fullmatch(r"[0-9a-f]{64}", text) else None
+
+    def recorded_config(self) -> dict[str, Any] | None:
+        """The config results.json records (None: no readable results.json)."""
+        try:
+            config = self.load_results().get("config")
+        except FedkitError:
+            return None
+        return config if isinstance(config, dict) else None
+
+    def check_edits(self, accept: bool, committed: Mapping[str, Any] | None = None) -> None:
         """Refuse a ``config.yaml`` edited since the run started, naming the changed keys,
         unless ``accept`` or the only edit is more ``rounds`` (a run extended); an accepted
-        edit is recorded in ``config-edits.log`` and the new config is taken."""
+        edit is recorded in ``config-edits.log`` with its values before and after, and the
+        new config is taken.
+
+        What the run ran under comes from ``committed`` (the config of the last
+        checkpointed round), else results.json; ``config.sha256`` tells an edit too. With
+        none of them readable an edit cannot be told apart, so resuming needs ``accept``."""
         nested = self.load_config()
-        if not self.config_sha256.is_file() or self.config_hash() == config_hash(nested):
+        recorded = self.recorded_hash()
+        before = dict(committed) if committed is not None else self.recorded_config()
+        if recorded is None and before is None:
+            if not accept:
+                raise FedkitError(
+                    f"the record of the config {self.path} was started with is missing or "
+                    f"unreadable ({self.config_sha256.name}, {self.results.name} and the "
+                    "checkpoint's), so an edit of config.yaml cannot be told apart: resume "
+                    "with --accept-edits if config.yaml is the config to continue with "
+                    "(recorded in config-edits.log)"
+                )
+            self._log_edit(
+                "resumed without a record of the config it started with (config.sha256, "
+                "results.json and the checkpoint's missing or unreadable); continued with "
+                f"config.yaml as it is (sha256 {config_hash(nested)})"
+            )
             return
-        before = self.load_results().get("config") if self.results.is_file() else None
-        old, new = _flat(before if isinstance(before, dict) else {}), _flat(nested)
+        new_hash = config_hash(nested)
+        edited = (recorded is not None and recorded != new_hash) or (
+            before is not None and config_hash(before) != new_hash
+        )
+        if not edited:
+            return
+        old, new = _flat(before or {}), _flat(nested)
         changed = sorted(k for k in old.keys() | new.keys() if old.get(k, "-") != new.get(k, "-"))
-        changes = "; ".join(config_diff(old, new)) or "config.yaml differs from config.sha256"
+        if before is None:
+            changes = (
+                f"config.yaml differs from {self.config_sha256.name}; the values before are "
+                "not recorded (results.json and the checkpoint's record are missing)"
+            )
+        else:
+            changes = "; ".join(config_diff(old, new)) or "config.yaml differs from config.sha256"
         rounds = [old.get("rounds"), new.get("rounds")]
         extended = changed == ["rounds"] and all(isinstance(r, int) for r in rounds)
-        if not (accept or before is None or (extended and rounds[1] > rounds[0])):
+        if not (accept or (extended and rounds[1] > rounds[0])):
             raise FedkitError(
                 f"{self.config} was edited after the run started ({changes}); the rounds so "
                 "far ran with the old values, so it is not resumed: undo the edit, start a new "
                 "run with the new config, or resume with --accept-edits to continue with it "
-                "(recorded in config-edits.log)"
+                "(recorded in config-edits.log and results.json)"
             )
-        line = f"{datetime.now():%Y-%m-%d %H:%M:%S} resumed with an edited config: {changes}\n"
+        self._log_edit(f"resumed with an edited config: {changes}")
+        write_text(self.config_sha256, new_hash + "\n")
+
+    def _log_edit(self, text: str) -> None:
         log = self.edits_log.read_text() if self.edits_log.is_file() else ""
-        write_text(self.edits_log, log + line)
-        write_text(self.config_sha256, config_hash(nested) + "\n")
+        write_text(self.edits_log, log + f"{datetime.now():%Y-%m-%d %H:%M:%S} {text}\n")
 
     @contextmanager
     def lock(self) -> Iterator[None]:
@@ -372,6 +422,15 @@ def _ours(path: Path) -> bool:
     return path.name == "run.lock" or (path.name.startswith(".") and path.name.endswith(".tmp"))
 
 
+def folder_name(text: str) -> str:
+    """``text`` as the name of one folder inside another: characters other than letters,
+    digits and ``_.+-`` become ``_`` (no path separators), and a name of dots alone (``.``,
+    ``..``: the folder itself or its parent) has its dots replaced too, so that a run name or
+    a runspec's label never leads out of the folder it is made in."""
+    name = re.sub(r"[^A-Za-z0-9_.+-]+", "_", text)
+    return name if name.strip(".") else name.replace(".", "_") or "_"
+
+
 def default_out(config: Mapping[str, Any], create: bool = True) -> Path:
     """A new run directory for ``config``: ``runs/<name or plugins-task>-<time>[-n]``.
 
@@ -379,7 +438,7 @@ def default_out(config: Mapping[str, Any], create: bool = True) -> Path:
     same second never share one; without (a folder on another machine), it is only named.
     """
     label = config["name"] or "+".join(config["plugins"] or ["fedavg"]) + "-" + config["task.name"]
-    base = Path("runs") / f"{label}-{datetime.now():%Y%m%d-%H%M%S}"
+    base = Path("runs") / folder_name(f"{label}-{datetime.now():%Y%m%d-%H%M%S}")
     path, n = base, 1
     while True:
         if create:
