@@ -43,3 +43,24 @@ def test_markdown_table_scales_and_rounds():
     table = {"fca": {"G bacc": {"mean": 0.3625, "std": 0.019}}}
     text = compare.markdown_table(table, ["G bacc"], scale=100.0, digits=1)
     assert text.splitlines() == ["| runspec | G bacc |", "|---|---|", "| fca | 36.2 ± 1.9 |"]
+
+
+def test_a_runspec_given_twice_or_two_sharing_a_folder_is_refused(tmp_path):
+    import pytest
+
+    from fedkit_core import FedkitError
+
+    for specs in (["fedavg", "fedavg"], [f"{tmp_path}/a/x.yaml", f"{tmp_path}/b/x.yaml"]):
+        with pytest.raises(FedkitError, match="given twice or sharing a folder"):
+            compare.compare(specs, seeds=[0], out=tmp_path / "cmp")
+    assert not (tmp_path / "cmp").exists()  # refused before anything ran
+
+
+def test_runspec_labels_and_run_names_stay_inside_their_folder(tmp_path, monkeypatch):
+    from fedkit_core.results.store import default_out
+
+    assert compare.runspec_label("...yaml") == "__"  # its stem is "..": the parent folder
+    assert compare.runspec_label("x/../../evil") == "x_.._.._evil"
+    monkeypatch.chdir(tmp_path)
+    made = default_out({"name": "../../../X", "plugins": [], "task.name": "synthetic"})
+    assert made.parent == tmp_path / "runs" and made.name.startswith(".._.._.._X-")

@@ -19,7 +19,6 @@ not.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,7 @@ from fedkit_core.metrics.paired import paired_difference
 from fedkit_core.plugins import BUILTINS, installed
 from fedkit_core.results.labels import METRICS, client_view, metric_name
 from fedkit_core.results.schema import Results
-from fedkit_core.results.store import RunDir, write_json, write_text
+from fedkit_core.results.store import RunDir, folder_name, write_json, write_text
 
 
 def runspec_layer(spec: str) -> dict[str, Any]:
@@ -46,9 +45,8 @@ def runspec_layer(spec: str) -> dict[str, Any]:
 
 
 def runspec_label(spec: str) -> str:
-    return re.sub(
-        r"[^A-Za-z0-9_.+-]+", "_", Path(spec).stem if spec.endswith((".yaml", ".yml")) else spec
-    )
+    """The folder of a runspec's runs in the comparison's folder (never outside it)."""
+    return folder_name(Path(spec).stem if spec.endswith((".yaml", ".yml")) else spec)
 
 
 def drop_foreign_sets(sets: Mapping[str, Any], active: Sequence[str]) -> dict[str, Any]:
@@ -365,6 +363,23 @@ def planned_runs(
     ]
 
 
+def refuse_shared_folders(runspecs: Sequence[str], out: Path) -> None:
+    """Exit 2 when two runspecs would run into one folder (``fedkit compare fedavg fedavg``,
+    or ``a/x.yaml`` and ``b/x.yaml``): each seed's run would be counted twice."""
+    by_label: dict[str, list[str]] = {}
+    for spec in runspecs:
+        by_label.setdefault(runspec_label(spec), []).append(spec)
+    shared = {label: specs for label, specs in by_label.items() if len(specs) > 1}
+    if shared:
+        text = "; ".join(
+            f"{' and '.join(map(repr, s))} -> {out / label}" for label, s in shared.items()
+        )
+        raise FedkitError(
+            f"runspecs given twice or sharing a folder ({text}): each run would be counted "
+            "twice; give each method once (rename a YAML file whose name another runspec has)"
+        )
+
+
 def refuse_foreign_runs(plan: Sequence[tuple[str, int, Path, list[Mapping[str, Any]]]]) -> None:
     """Before any training: every planned folder that already holds a run must hold a run of
     the very same config (it is then reused); otherwise exit 2 naming each such folder and
@@ -415,6 +430,7 @@ def compare(
 
     if DIFF in runspecs:
         raise FedkitError(f"a runspec may not be named {DIFF!r}: compare.json keeps that key")
+    refuse_shared_folders(runspecs, out)
     if not isinstance(jobs, int) or jobs < 1:
         raise FedkitError(f"--jobs must be a whole number of at least 1, got {jobs!r}")
     plan = planned_runs(runspecs, seeds, out, base, sets or {})
