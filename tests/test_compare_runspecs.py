@@ -63,4 +63,4 @@ def test_runspec_labels_and_run_names_stay_inside_their_folder(tmp_path, monkeyp
     assert compare.runspec_label("x/../../evil") == "x_.._.._evil"
     monkeypatch.chdir(tmp_path)
     made = default_out({"name": "../../../X", "plugins": [], "task.name": "synthetic"})
-    assert made.parent == tmp_path / "runs" and made.name.startswith(".._.._.._X-")
+    assert made.resolve().parent == tmp_path / "runs" and made.name.startswith(".._.._.._X-")
