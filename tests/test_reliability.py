@@ -134,3 +134,29 @@ def test_an_accepted_edit_logs_the_real_values_and_the_round_it_took_effect(unfi
     assert edit["from_round"] == 2 and edit["changes"] == ["lr: 0.001 -> 0.5", "rounds: 1 -> 2"]
     assert json.loads((unfinished / "results.json").read_text())["config_edits"] == [edit]
     assert "config_edits" not in run(tiny(rounds=1))  # only runs with an accepted edit
+
+
+def test_compare_out_removes_only_what_it_wrote_and_refuses_the_users_files(tmp_path):
+    from fedkit_core.results.compare import MANIFEST, compare
+
+    out = tmp_path / "cmp"
+    out.mkdir()
+    mine = {"compare.py": "print('mine')", "compare.txt": "notes", "notes.md": "keep"}
+    for name, text in mine.items():
+        (out / name).write_text(text)
+    layer = [tiny(rounds=1)]
+    with pytest.raises(FedkitError, match="holds compare.py, compare.txt, notes.md, which fedkit"):
+        compare(["fedavg"], seeds=[0], out=out, base=layer)
+    assert {p.name: p.read_text() for p in out.iterdir()} == mine  # nothing removed
+
+    fresh = tmp_path / "fresh"
+    compare(["fedavg"], seeds=[0], out=fresh, base=layer)
+    written = json.loads((fresh / MANIFEST).read_text())["files"]
+    assert {"compare.json", "compare.md", "compare.tex", "compare.png"} <= set(written)
+    (fresh / "compare.png").unlink()  # a stale output the next comparison does not miss
+    compare(["fedavg"], seeds=[0], out=fresh, base=layer)  # its own files are replaced
+    assert (fresh / "compare.png").is_file()
+    (fresh / "compare.md").write_text("my edits")
+    with pytest.raises(FedkitError, match="compare.md changed since fedkit wrote them"):
+        compare(["fedavg"], seeds=[0], out=fresh, base=layer)
+    assert (fresh / "compare.md").read_text() == "my edits"

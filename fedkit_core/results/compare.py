@@ -32,7 +32,13 @@ from fedkit_core.metrics.paired import paired_difference
 from fedkit_core.plugins import BUILTINS, installed
 from fedkit_core.results.labels import METRICS, client_view, metric_name
 from fedkit_core.results.schema import Results
-from fedkit_core.results.store import RunDir, folder_name, write_json, write_text
+from fedkit_core.results.store import (
+    OwnedOutputs,
+    RunDir,
+    folder_name,
+    write_json,
+    write_text,
+)
 
 
 def runspec_layer(spec: str) -> dict[str, Any]:
@@ -106,6 +112,8 @@ def aggregate(
     return table
 
 
+#: the list of the files a comparison wrote in its folder (removed by the next one)
+MANIFEST = ".fedkit-compare.json"
 #: the compare.json key of the paired differences
 DIFF = "diff"
 #: the compared numbers where lower is better (all others: higher is better)
@@ -417,8 +425,9 @@ def compare(
     With ``jobs`` > 1 the runs go to that many worker processes instead
     (:mod:`fedkit_core.results.parallel`; ``run_one`` is then unused and ``on_done(spec,
     seed)`` reports each finished run).
-    Folders holding runs of another config are refused before anything runs, and the summary
-    files of an earlier comparison in ``out`` are removed first, so they never outlive it.
+    Folders holding runs of another config, and files in ``out`` that fedkit did not write,
+    are refused before anything runs; the summary files of an earlier comparison in ``out``
+    (listed in its :data:`MANIFEST`) are removed first, so they never outlive it.
     """
     from fedkit_core import api
 
@@ -435,8 +444,8 @@ def compare(
         raise FedkitError(f"--jobs must be a whole number of at least 1, got {jobs!r}")
     plan = planned_runs(runspecs, seeds, out, base, sets or {})
     refuse_foreign_runs(plan)
-    for stale in out.glob("compare.*"):
-        stale.unlink()
+    outputs, labels = OwnedOutputs(out, MANIFEST), {runspec_label(s) for s in runspecs}
+    outputs.claim(labels)  # refuses the user's files; removes only the last summary's
     if jobs > 1:
         from fedkit_core.results.parallel import run_parallel
 
@@ -451,4 +460,5 @@ def compare(
     diff = paired_table(table)
     write_json(out / "compare.json", {**table, DIFF: diff} if diff else table)
     write_summary(out, table, runs, main, seeds, diff)
+    outputs.record(labels)
     return Comparison(table, main, list(seeds), diff)

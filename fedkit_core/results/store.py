@@ -14,7 +14,7 @@ import os
 import re
 import socket
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -420,6 +420,100 @@ class RunDir:
 def _ours(path: Path) -> bool:
     """A file a run may hold before its config: its lock, or a temporary file."""
     return path.name == "run.lock" or (path.name.startswith(".") and path.name.endswith(".tmp"))
+
+
+class OwnedOutputs:
+    """The files a command writes into a folder the user names (``fedkit compare -o``),
+    listed with their SHA-256 in a manifest there, so that the next run of the command
+    removes exactly those (stale summaries never outlive it) and nothing of the user's.
+
+    A folder holding anything else is refused, as ``run -o`` refuses a folder that is not a
+    run: a file the manifest does not list (or one changed since it was written), or a
+    subfolder that is neither one of ``folders`` (the command's own, e.g. its run folders)
+    nor listed in the manifest nor made only of fedkit run folders."""
+
+    def __init__(self, folder: str | Path, manifest: str):
+        self.folder = Path(folder)
+        self.manifest = self.folder / manifest
+
+    def _listed(self) -> dict[str, Any]:
+        try:
+            listed = json.loads(self.manifest.read_text())
+        except FileNotFoundError:
+            return {"files": {}, "folders": []}
+        except (OSError, ValueError) as err:
+            raise FedkitError(
+                f"{self.manifest} is unreadable ({type(err).__name__}); it lists the files "
+                f"fedkit wrote in {self.folder}: delete it, and those files, to write there"
+            ) from None
+        if not (
+            isinstance(listed, dict)
+            and isinstance(listed.get("files"), dict)
+            and isinstance(listed.get("folders"), list)
+        ):
+            raise FedkitError(f"{self.manifest} is not a list of fedkit's outputs: delete it")
+        return listed
+
+    def claim(self, folders: Iterable[str]) -> None:
+        """Refuse a folder holding what is not fedkit's (see the class), then remove the
+        files an earlier run of the command wrote there."""
+        if self.folder.exists() and not self.folder.is_dir():
+            raise FedkitError(f"--out {self.folder} is a file; give a folder")
+        if not self.folder.is_dir():
+            return
+        listed = self._listed()
+        known = set(folders) | {str(f) for f in listed["folders"]}
+        foreign, changed = [], []
+        for entry in sorted(self.folder.iterdir(), key=lambda p: p.name):
+            name = entry.name
+            if entry == self.manifest or _ours(entry):
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                if name not in known and not _only_runs(entry):
+                    foreign.append(name + "/")
+            elif name not in listed["files"]:
+                foreign.append(name)
+            elif not entry.is_file() or _digest(entry) != listed["files"][name]:
+                changed.append(name)
+        if foreign or changed:
+            said = []
+            if foreign:
+                said.append(f"holds {_some(foreign)}, which fedkit did not write")
+            if changed:
+                said.append(f"{_some(changed)} changed since fedkit wrote them")
+            raise FedkitError(
+                f"--out {self.folder}: {' and '.join(said)}; nothing in it is removed or "
+                "overwritten: choose a new or empty folder, or move those files out"
+            )
+        for name in listed["files"]:
+            (self.folder / name).unlink(missing_ok=True)
+        for tmp in self.folder.glob(".*.tmp"):  # a killed writer's; none of them is running
+            tmp.unlink(missing_ok=True)
+        self.manifest.unlink(missing_ok=True)
+
+    def record(self, folders: Iterable[str]) -> None:
+        """List the files now in the folder (all written since :meth:`claim`) and
+        ``folders`` in the manifest."""
+        files = {
+            p.name: _digest(p)
+            for p in sorted(self.folder.iterdir())
+            if p.is_file() and p != self.manifest and not _ours(p)
+        }
+        write_json(self.manifest, {"files": files, "folders": sorted(set(folders))})
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _some(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+
+
+def _only_runs(folder: Path) -> bool:
+    """Whether ``folder`` holds fedkit run folders and nothing else (a comparison's)."""
+    entries = list(folder.iterdir())
+    return bool(entries) and all(p.is_dir() and RunDir(p).is_run() for p in entries)
 
 
 def folder_name(text: str) -> str:
