@@ -133,6 +133,12 @@ CORE_OPTIONS: tuple[Option, ...] = (
     Option("model_weights", str, None, "path of a checkpoint to initialise the backbone from"),
     Option("unet_channels", "list[int]", [16, 32, 64, 128], "U-Net channels per level"),
     Option("checkpoint", bool, True, "write a checkpoint after every round (needed by resume)"),
+    Option(
+        "private",
+        bool,
+        False,
+        "make the run folder private: 0700, its files 0600 (only you may read them)",
+    ),
     Option("task.name", str, "synthetic", "the task (see `fedkit tasks`)"),
     Option("task.path", str, None, "where the task's data lives"),
     Option("task.image_size", int, None, "resize images to this square side"),

@@ -36,6 +36,7 @@ from fedkit_core.results.store import (
     OwnedOutputs,
     RunDir,
     folder_name,
+    writable,
     write_json,
     write_text,
 )
@@ -178,6 +179,8 @@ class Comparison:
     main: str
     seeds: list[int]
     diff: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    #: whether compare.json and the rest were written (not in a read-only folder)
+    written: bool = True
 
     def rows(self) -> list[dict[str, str]]:
         """One row per compared number, one column per runspec (mean ± std), for a console."""
@@ -445,7 +448,9 @@ def compare(
     plan = planned_runs(runspecs, seeds, out, base, sets or {})
     refuse_foreign_runs(plan)
     outputs, labels = OwnedOutputs(out, MANIFEST), {runspec_label(s) for s in runspecs}
-    outputs.claim(labels)  # refuses the user's files; removes only the last summary's
+    written = writable(out)  # a read-only folder of complete runs is summarised, not written
+    if written:
+        outputs.claim(labels)  # refuses the user's files; removes only the last summary's
     if jobs > 1:
         from fedkit_core.results.parallel import run_parallel
 
@@ -458,6 +463,8 @@ def compare(
     main = done[-1]["task"]["main_metric"]
     table = aggregate(runs)
     diff = paired_table(table)
+    if not written:
+        return Comparison(table, main, list(seeds), diff, written=False)
     write_json(out / "compare.json", {**table, DIFF: diff} if diff else table)
     write_summary(out, table, runs, main, seeds, diff)
     outputs.record(labels)

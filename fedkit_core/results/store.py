@@ -8,11 +8,13 @@ writes it so that two processes never write one run.
 from __future__ import annotations
 
 import errno
+import glob
 import hashlib
 import json
 import os
 import re
 import socket
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -38,9 +40,55 @@ def _umask() -> int:
 FILE_MODE = 0o666 & ~_umask()
 
 
-def _atomic(path: Path, write: Callable[[IO[bytes]], None], mode: int = FILE_MODE) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def file_mode(folder: Path) -> int:
+    """Permission bits of a file fedkit writes in ``folder``: what ``open()`` gives
+    (:data:`FILE_MODE`, 0666 less the umask), less what the folder denies its group and
+    others, so that a private folder (0700) holds private files (0600). The owner may
+    always read and write."""
+    try:
+        allowed = stat.S_IMODE(folder.stat().st_mode) | 0o600
+    except OSError:
+        return FILE_MODE
+    return FILE_MODE & allowed & 0o666
+
+
+def make_folder(folder: Path) -> None:
+    """Make ``folder`` and its missing parents, each as open to others as the folder it is
+    made in (the umask applied): a private run's subfolders are private."""
+    folder = Path(folder)
+    if folder.is_dir():
+        return
+    make_folder(folder.parent)
+    try:
+        folder.mkdir(mode=stat.S_IMODE(folder.parent.stat().st_mode))
+    except FileExistsError:
+        if not folder.is_dir():
+            raise
+
+
+#: this host's mark in the names of temporary files (beside the writer's process id)
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def _remove_dead_writers(path: Path) -> None:
+    """Delete the temporary files of writers of ``path`` that were killed mid-write (an
+    interrupted ``fedkit report``, say): ``.NAME.HOST-PID-XXXX.tmp`` of this host whose
+    process is gone. A live writer's file, or another host's, is left alone."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.{_HOST}-(\d+)-[^/]*\.tmp")
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.{_HOST}-*.tmp"):
+        found = pattern.fullmatch(tmp.name)
+        if found and not _alive(int(found.group(1))):
+            tmp.unlink(missing_ok=True)
+
+
+def _atomic(path: Path, write: Callable[[IO[bytes]], None], mode: int | None = None) -> None:
+    """Write ``path`` through a temporary file renamed over it; ``mode``: its permission
+    bits (default: :func:`file_mode` of its folder)."""
+    make_folder(path.parent)
+    mode = file_mode(path.parent) if mode is None else mode
+    _remove_dead_writers(path)
+    prefix = f".{path.name}.{_HOST}-{os.getpid()}-"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
@@ -48,6 +96,11 @@ def _atomic(path: Path, write: Callable[[IO[bytes]], None], mode: int = FILE_MOD
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        if err.filename is None:  # a write's error names no file: name the one written
+            raise OSError(err.errno, err.strerror, str(path)) from err
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -115,13 +168,14 @@ def _dumps(value: Any, level: int) -> bytes:
     return text.replace("\n", "\n" + "  " * level).encode("ascii")
 
 
-def write_torch(path: Path, obj: Any, mode: int = FILE_MODE) -> None:
-    """Save ``obj`` atomically; ``mode``: the file's permission bits (default as open())."""
+def write_torch(path: Path, obj: Any, mode: int | None = None) -> None:
+    """Save ``obj`` atomically; ``mode``: the file's permission bits (default: as
+    :func:`file_mode` of its folder)."""
     import torch
 
-    try:
-        _atomic(Path(path), lambda fh: torch.save(obj, fh), mode)
-    except RuntimeError as err:  # torch's writer reports a full disk as a RuntimeError
+    try:  # unbuffered: a full disk raises its OSError inside torch.save, which passes it on
+        _atomic(Path(path), lambda fh: torch.save(obj, fh.raw), mode)
+    except RuntimeError as err:  # torch's own failures of the writer
         raise OSError(
             errno.EIO, f"could not write ({str(err)[:200]}); is the disk full?", str(path)
         ) from err
@@ -134,10 +188,20 @@ def _jsonable(value: Any) -> Any:
 
 
 #: keys every results.json fedkit writes holds
-RESULTS_KEYS = ("status", "config", "task", "rounds")
+RESULTS_KEYS = ("status", "config", "task", "rounds", "final")
+#: the type of each top-level value of a results.json
+RESULTS_TYPES = {
+    "status": str,
+    "config": dict,
+    "task": dict,
+    "rounds": list,
+    "final": dict,
+    "events": list,
+}
 
-#: config keys that label a run without changing its results: left out of the config hash
-HASH_IGNORES = ("name",)
+#: config keys that label a run or set who may read it without changing its results: left
+#: out of the config hash
+HASH_IGNORES = ("name", "private")
 
 
 def config_hash(nested: Mapping[str, Any]) -> str:
@@ -213,6 +277,8 @@ class RunDir:
                 f"--out {self.path} is a folder that is not a fedkit run and holds {shown}; "
                 "nothing in it is overwritten: choose a new or empty folder"
             )
+        if nested.get("private"):  # before anything is written in it: see file_mode
+            self.path.chmod(0o700)
 
     def discard_config(self) -> None:
         """Forget the config of a run that failed before its first results (bad data, a
@@ -409,11 +475,21 @@ class RunDir:
             results = _mapping(json.loads(self.results.read_text()), self.results)
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise FedkitError(f"{self.results} is corrupt: {err}") from None
+        except RecursionError:
+            raise FedkitError(f"{self.results} is corrupt: it nests too deep") from None
         missing = [key for key in RESULTS_KEYS if key not in results]
         if missing:
             raise FedkitError(
                 f"{self.results} is not a fedkit results file (no {', '.join(missing)})"
             )
+        wrong = [
+            f"{key} is a {type(results[key]).__name__}, not a {kind.__name__}"
+            for key, kind in RESULTS_TYPES.items()
+            if key in results and not isinstance(results[key], kind)
+        ]
+        if wrong or not all(isinstance(r, dict) for r in results["rounds"]):
+            wrong = wrong or ["rounds holds something other than round records"]
+            raise FedkitError(f"{self.results} is damaged or not fedkit's ({'; '.join(wrong)})")
         return results
 
 
@@ -514,6 +590,16 @@ def _only_runs(folder: Path) -> bool:
     """Whether ``folder`` holds fedkit run folders and nothing else (a comparison's)."""
     entries = list(folder.iterdir())
     return bool(entries) and all(p.is_dir() and RunDir(p).is_run() for p in entries)
+
+
+def writable(folder: Path) -> bool:
+    """Whether files can be written in ``folder`` (or, where it does not exist yet, in the
+    nearest folder above it): not on a read-only file system nor a folder the user may
+    only read."""
+    folder = Path(folder).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return os.access(folder, os.W_OK | os.X_OK)
 
 
 def folder_name(text: str) -> str:
