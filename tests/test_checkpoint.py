@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from fedkit_core import FedkitError, resume, run
-from fedkit_core.engines.checkpoint import ClientCheckpoints, ServerCheckpoints, file_digest
+from fedkit_core.engines.checkpoint import ClientCheckpoints, ServerCheckpoints
 from fedkit_core.engines.snapshot import from_bytes, to_bytes
 from fedkit_core.results.store import RunDir
 from fedkit_core.testing import tiny
@@ -51,6 +51,8 @@ def test_a_pickled_object_is_refused_without_running_it(interrupted, tmp_path):
     planted = shutil.copytree(interrupted, tmp_path / "run")
     manifest = json.loads((planted / "checkpoint" / "latest.json").read_text())
     torch.save({"next_round": Payload()}, planted / "checkpoint" / manifest["server"])
+    from fedkit_core.engines.checkpoint import file_digest
+
     manifest["sha256"] = file_digest(planted / "checkpoint" / manifest["server"])  # a planter's
     (planted / "checkpoint" / "latest.json").write_text(json.dumps(manifest))
     with pytest.raises(FedkitError, match="objects other than tensors and plain values"):
@@ -63,6 +65,8 @@ def test_a_pickled_object_in_a_client_checkpoint_is_refused(tmp_path):
     run(tiny(rounds=1, checkpoint=True), out=out)
     (planted,) = (out / "checkpoint" / "clients" / "site1").glob("r*.pt")
     torch.save({"client": Payload()}, planted)
+    from fedkit_core.engines.checkpoint import file_digest
+
     digests = json.loads((planted.parent / "digests.json").read_text())
     digests[planted.name] = file_digest(planted)  # as a planter would
     (planted.parent / "digests.json").write_text(json.dumps(digests))
