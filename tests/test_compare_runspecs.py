@@ -50,9 +50,14 @@ def test_a_runspec_given_twice_or_two_sharing_a_folder_is_refused(tmp_path):
 
     from fedkit_core import FedkitError
 
+    from fedkit_core.testing import tiny
+
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "x.yaml").write_text("rounds: 1\n")
     for specs in (["fedavg", "fedavg"], [f"{tmp_path}/a/x.yaml", f"{tmp_path}/b/x.yaml"]):
         with pytest.raises(FedkitError, match="given twice or sharing a folder"):
-            compare.compare(specs, seeds=[0], out=tmp_path / "cmp")
+            compare.compare(specs, seeds=[0], out=tmp_path / "cmp", base=[tiny(rounds=1)])
     assert not (tmp_path / "cmp").exists()  # refused before anything ran
 
 
