@@ -137,7 +137,9 @@ def test_an_accepted_edit_logs_the_real_values_and_the_round_it_took_effect(unfi
 
 
 def test_compare_out_removes_only_what_it_wrote_and_refuses_the_users_files(tmp_path):
-    from fedkit_core.results.compare import MANIFEST, compare
+    from fedkit_core.results import compare as cmp
+
+    compare = cmp.compare
 
     out = tmp_path / "cmp"
     out.mkdir()
@@ -151,7 +153,7 @@ def test_compare_out_removes_only_what_it_wrote_and_refuses_the_users_files(tmp_
 
     fresh = tmp_path / "fresh"
     compare(["fedavg"], seeds=[0], out=fresh, base=layer)
-    written = json.loads((fresh / MANIFEST).read_text())["files"]
+    written = json.loads((fresh / cmp.MANIFEST).read_text())["files"]
     assert {"compare.json", "compare.md", "compare.tex", "compare.png"} <= set(written)
     (fresh / "compare.png").unlink()  # a stale output the next comparison does not miss
     compare(["fedavg"], seeds=[0], out=fresh, base=layer)  # its own files are replaced
