@@ -60,7 +60,7 @@ def make_folder(folder: Path) -> None:
         return
     make_folder(folder.parent)
     try:
-        folder.mkdir(mode=stat.S_IMODE(folder.parent.stat().st_mode))
+        folder.mkdir(mode=stat.S_IMODE(folder.parent.stat().st_mode) & 0o777)  # no sticky bit
     except FileExistsError:
         if not folder.is_dir():
             raise
