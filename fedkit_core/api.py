@@ -11,14 +11,17 @@ how an engine works.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from fedkit_core.config import Config
+from fedkit_core.engines.checkpoint import ServerCheckpoints
+from fedkit_core.engines.driver import write_missing_outputs
 from fedkit_core.engines.registry import get_engine
 from fedkit_core.engines.server import Observer
-from fedkit_core.errors import FedkitError
+from fedkit_core.errors import FedkitError, NoSpace, no_space
 from fedkit_core.plugins import PluginSet
 from fedkit_core.resolve import ConfigLike, resolve_config
 from fedkit_core.results.schema import Results
@@ -66,6 +69,10 @@ def run_resolved(
     if out is None:
         return engine.execute(cfg, plugin_set, None, observer, resume=False)
     run_dir = RunDir(out)
+    if reuse and run_dir.is_run():  # a complete run is only read: it may be read-only
+        run_dir.require_config(cfg.nested())
+        if (done := _complete(run_dir)) is not None:
+            return done
     with run_dir.lock():
         if reuse and run_dir.is_run():
             run_dir.require_config(cfg.nested())
@@ -74,7 +81,8 @@ def run_resolved(
         run_dir.create(cfg.nested())
         run_dir.save_config(cfg.nested())
         try:
-            return engine.execute(cfg, plugin_set, run_dir, observer, resume=False)
+            with _full_disk_hint(run_dir):
+                return engine.execute(cfg, plugin_set, run_dir, observer, resume=False)
         except BaseException:
             run_dir.discard_config()
             raise
@@ -100,8 +108,9 @@ def resume(
     saved = run_dir.load_config()
     with run_dir.lock():
         if (done := _complete(run_dir)) is not None:
+            write_missing_outputs(run_dir, done)  # killed after its results, before its plots
             return done
-        run_dir.check_edits(accept_edits)
+        run_dir.check_edits(accept_edits, ServerCheckpoints(run_dir.checkpoint).config())
         cfg, plugin_set = resolve_config(saved, plugins)
         return _continue(run_dir, cfg, plugin_set, observer or Observer())
 
@@ -118,4 +127,23 @@ def _continue(run_dir: RunDir, cfg: Config, plugin_set: PluginSet, observer: Obs
     if not cfg["checkpoint"]:
         raise FedkitError(f"{run_dir.path} was run with checkpoint=false and cannot be resumed")
     engine = get_engine(cfg["engine"])
-    return engine.execute(cfg, plugin_set, run_dir, observer, resume=True)
+    with _full_disk_hint(run_dir):
+        return engine.execute(cfg, plugin_set, run_dir, observer, resume=True)
+
+
+@contextmanager
+def _full_disk_hint(run_dir: RunDir) -> Iterator[None]:
+    """A write that found the disk full, wherever it happened, as one :class:`NoSpace`
+    error (exit 2) that says how to go on: what was written is intact."""
+    try:
+        yield
+    except (OSError, NoSpace) as err:
+        found = no_space(err)
+        if not isinstance(found, NoSpace):
+            raise
+        if run_dir.results.is_file():
+            then = f"free space and run `fedkit resume {run_dir.path}` to continue after it"
+            kept = f"{run_dir.path} keeps the rounds done so far, intact"
+        else:
+            then, kept = "free space and run it again", "no round was completed"
+        raise NoSpace(f"{found}; {kept}: {then}") from None

@@ -171,6 +171,12 @@ CORE_OPTIONS: tuple[Option, ...] = (
         "their running statistics)",
     ),
     Option("checkpoint", bool, True, "write a checkpoint after every round (needed by resume)"),
+    Option(
+        "private",
+        bool,
+        False,
+        "make the run folder private: 0700, its files 0600 (only you may read them)",
+    ),
     Option("task.name", str, "synthetic", "the task (see `fedkit tasks`)"),
     Option("task.path", str, None, "where the task's data lives"),
     Option("task.image_size", int, None, "resize images to this square side"),
@@ -274,12 +280,39 @@ class InvalidYaml(FedkitError):
     """Text that is not YAML at all (a ``--set`` value is then taken as plain text)."""
 
 
+class _Loader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping: PyYAML keeps the
+    last silently (YAML itself forbids duplicates), so ``lr: 0.1`` followed further down by
+    ``lr: 1.0`` would run with 1.0 unnoticed. Keys merged in with ``<<`` may be overridden."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = lines.get(key)
+            except TypeError:  # an unhashable key: SafeLoader's own error follows
+                continue
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping",
+                    node.start_mark,
+                    f"duplicate key {str(key)[:80]!r} (also on line {first + 1}: which one "
+                    "is meant?)",
+                    key_node.start_mark,
+                )
+            lines[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
 def safe_yaml(text: str, where: str) -> Any:
     """``yaml.safe_load(text)``, refusing configs that expand to more than
     :data:`MAX_VALUES` values, nest deeper than :data:`MAX_DEPTH` or hold integers too long
     to read; ``where`` names the source in messages."""
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""

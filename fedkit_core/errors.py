@@ -9,6 +9,7 @@ is a bug and is reported as such.
 from __future__ import annotations
 
 import difflib
+import errno
 from collections.abc import Iterable
 
 
@@ -16,6 +17,25 @@ class FedkitError(Exception):
     """A user-facing error: the message alone must tell the user what to change."""
 
     exit_code = 2
+
+
+class NoSpace(FedkitError):
+    """The disk (or the user's quota) is full: the machine's problem, neither the input's
+    nor a bug. What was written before is intact (every file is written whole or not at
+    all), so the run continues with ``fedkit resume`` once there is space."""
+
+
+#: the ``errno`` of a write that found no space
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def no_space(err: BaseException) -> BaseException:
+    """``err`` as a :class:`NoSpace` when it is a write that found the disk full, else
+    ``err`` itself (a client's failure: reported the same way on every engine)."""
+    if isinstance(err, OSError) and not isinstance(err, FedkitError) and err.errno in DISK_FULL:
+        where = f" writing {err.filename}" if err.filename else ""
+        return NoSpace(f"no space left on the device{where} ({err.strerror})")
+    return err
 
 
 def failure_text(err: BaseException) -> str:

@@ -13,6 +13,7 @@ import yaml
 from fedkit_core import FedkitError, resume, run
 from fedkit_core.engines.checkpoint import ClientCheckpoints, ServerCheckpoints
 from fedkit_core.engines.snapshot import from_bytes, to_bytes
+from fedkit_core.results.store import RunDir
 from fedkit_core.testing import tiny
 
 PLANTED = []  # what the payload below would append to, were it ever run
@@ -50,6 +51,10 @@ def test_a_pickled_object_is_refused_without_running_it(interrupted, tmp_path):
     planted = shutil.copytree(interrupted, tmp_path / "run")
     manifest = json.loads((planted / "checkpoint" / "latest.json").read_text())
     torch.save({"next_round": Payload()}, planted / "checkpoint" / manifest["server"])
+    from fedkit_core.engines.checkpoint import file_digest
+
+    manifest["sha256"] = file_digest(planted / "checkpoint" / manifest["server"])  # a planter's
+    (planted / "checkpoint" / "latest.json").write_text(json.dumps(manifest))
     with pytest.raises(FedkitError, match="objects other than tensors and plain values"):
         resume(planted)
     assert PLANTED == []
@@ -60,6 +65,11 @@ def test_a_pickled_object_in_a_client_checkpoint_is_refused(tmp_path):
     run(tiny(rounds=1, checkpoint=True), out=out)
     (planted,) = (out / "checkpoint" / "clients" / "site1").glob("r*.pt")
     torch.save({"client": Payload()}, planted)
+    from fedkit_core.engines.checkpoint import file_digest
+
+    digests = json.loads((planted.parent / "digests.json").read_text())
+    digests[planted.name] = file_digest(planted)  # as a planter would
+    (planted.parent / "digests.json").write_text(json.dumps(digests))
     with pytest.raises(FedkitError, match="corrupt or not a fedkit snapshot"):
         ClientCheckpoints.of(out / "checkpoint", "site1").load(1)
     assert PLANTED == []
@@ -88,7 +98,7 @@ def test_a_client_keeps_its_newest_two_rounds_and_resumes_from_the_committed_one
         store.save({"round": rnd, "w": torch.tensor(float(rnd))})
     (store.folder / ".r5.pt.abc.tmp").write_bytes(b"half")  # a writer killed mid-file
     store.save({"round": 5, "w": torch.tensor(5.0)})
-    assert sorted(os.listdir(store.folder)) == ["r4.pt", "r5.pt"]
+    assert sorted(os.listdir(store.folder)) == ["digests.json", "r4.pt", "r5.pt"]
     assert store.load(4)["round"] == 4 and store.load(9)["round"] == 5
     assert store.load(3) is None
 
@@ -99,3 +109,64 @@ def test_resume_continues_a_run_to_its_uninterrupted_results(interrupted):
     assert len(resumed.rounds) == 4
     for scope in ("global", "clients", "fairness"):
         assert resumed.final[scope] == straight.final[scope]
+
+
+def flip_a_bit(path):
+    """Flip one bit of the first tensor's data in the checkpoint ``path`` (a torch zip
+    file): the file still loads, with one number changed, as after a storage error."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        info = next(i for i in archive.infolist() if "/data/" in i.filename)
+    with open(path, "r+b") as fh:
+        fh.seek(info.header_offset + 26)
+        name_length, extra_length = (int.from_bytes(fh.read(2), "little") for _ in range(2))
+        where = info.header_offset + 30 + name_length + extra_length + 2  # a float's 3rd byte
+        fh.seek(where)
+        byte = fh.read(1)[0]
+        fh.seek(where)
+        fh.write(bytes([byte ^ 0x10]))
+
+
+@pytest.fixture(scope="module")
+def two_of_three(tmp_path_factory):
+    """A run of 3 rounds interrupted after round 2 (its own: ``interrupted`` is resumed)."""
+    out = tmp_path_factory.mktemp("ckpt2") / "run"
+    run(tiny(rounds=2, checkpoint=True), out=out)
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    (out / "config.yaml").write_text(yaml.safe_dump({**config, "rounds": 3}))
+    results = json.loads((out / "results.json").read_text())
+    (out / "results.json").write_text(json.dumps({**results, "status": "running"}))
+    return out
+
+
+@pytest.mark.parametrize("which", ["server", "client"])
+def test_a_damaged_checkpoint_file_is_refused_naming_it_and_the_round(
+    two_of_three, tmp_path, which
+):
+    damaged = shutil.copytree(two_of_three, tmp_path / "run")
+    if which == "server":
+        target = damaged / "checkpoint" / "server-r2.pt"
+    else:
+        target = damaged / "checkpoint" / "clients" / "site1" / "r2.pt"
+    flip_a_bit(target)
+    assert torch.load(target, weights_only=True)  # still a readable checkpoint
+    with pytest.raises(FedkitError, match=rf"checkpoint file {target} \(round 2\) is damaged"):
+        resume(damaged)
+    message = str(pytest.raises(FedkitError, resume, damaged).value)
+    assert f"restart it from round 1 by deleting {damaged / 'checkpoint'}" in message
+    shutil.rmtree(damaged / "checkpoint")  # what the message says: the run starts again
+    assert resume(damaged).final["global"] == run(tiny(rounds=3)).final["global"]
+
+
+def test_compare_checks_the_checkpoints_of_a_run_it_continues(two_of_three, tmp_path):
+    from fedkit_core.results.compare import compare
+
+    out = tmp_path / "cmp"
+    config = yaml.safe_load((two_of_three / "config.yaml").read_text())
+    shutil.copytree(two_of_three, out / "fedavg" / "seed0")
+    RunDir(out / "fedavg" / "seed0").save_config(config)  # a run of 3 rounds, cut after 2
+    flip_a_bit(out / "fedavg" / "seed0" / "checkpoint" / "server-r2.pt")
+    layer = {k: v for k, v in config.items() if k not in ("seed", "plugins")}
+    with pytest.raises(FedkitError, match=r"server-r2.pt \(round 2\) is damaged"):
+        compare(["fedavg"], seeds=[config["seed"]], out=out, base=[layer])

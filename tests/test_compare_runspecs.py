@@ -55,3 +55,28 @@ def test_the_batch_norm_policy_of_each_runspec_is_stated():
     assert note.startswith("Batch norm: fedavg: averaged with the model")
     assert "fedbn: kept on each client" in note
     assert compare.bn_policy({"final": {}}) == "unknown"  # results written before it existed
+
+
+def test_a_runspec_given_twice_or_two_sharing_a_folder_is_refused(tmp_path):
+    import pytest
+
+    from fedkit_core import FedkitError
+    from fedkit_core.testing import tiny
+
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "x.yaml").write_text("rounds: 1\n")
+    for specs in (["fedavg", "fedavg"], [f"{tmp_path}/a/x.yaml", f"{tmp_path}/b/x.yaml"]):
+        with pytest.raises(FedkitError, match="given twice or sharing a folder"):
+            compare.compare(specs, seeds=[0], out=tmp_path / "cmp", base=[tiny(rounds=1)])
+    assert not (tmp_path / "cmp").exists()  # refused before anything ran
+
+
+def test_runspec_labels_and_run_names_stay_inside_their_folder(tmp_path, monkeypatch):
+    from fedkit_core.results.store import default_out
+
+    assert compare.runspec_label("...yaml") == "__"  # its stem is "..": the parent folder
+    assert compare.runspec_label("x/../../evil") == "x_.._.._evil"
+    monkeypatch.chdir(tmp_path)
+    made = default_out({"name": "../../../X", "plugins": [], "task.name": "synthetic"})
+    assert made.resolve().parent == tmp_path / "runs" and made.name.startswith(".._.._.._X-")

@@ -3,7 +3,7 @@
 import pytest
 
 from fedkit_core import FedkitError, Option, resolve_config
-from fedkit_core.config import CORE_OPTIONS, load_yaml, parse_sets, resolve
+from fedkit_core.config import CORE_OPTIONS, load_yaml, parse_sets, resolve, safe_yaml
 
 
 def test_nested_yaml_and_dotted_keys_resolve_the_same(tmp_path):
@@ -119,3 +119,16 @@ def test_renamed_option_keeps_every_field_and_its_range_applies_when_resolving()
     assert resolve([{"probe.lam": 0.25}], [named])["probe.lam"] == 0.25
     with pytest.raises(FedkitError, match="'probe.lam' must be <= 1, got 2"):
         resolve([{"probe.lam": 2}], [named])
+
+
+def test_a_key_given_twice_in_a_yaml_file_is_refused_naming_both_lines(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text("rounds: 1\nlr: 0.1\ntask:\n  name: synthetic\nlr: 1.0\n")
+    with pytest.raises(
+        FedkitError, match=r"\(line 5, column 1\): duplicate key 'lr' \(also on line 2"
+    ):
+        resolve_config(str(path))
+    with pytest.raises(FedkitError, match="duplicate key 'a'"):  # in a flow mapping too
+        safe_yaml("task: {a: 1, a: 2}", "--set")
+    merged = "base: &b {lr: 0.1, rounds: 2}\nrun:\n  <<: *b\n  lr: 0.5\n"
+    assert safe_yaml(merged, "x")["run"] == {"lr": 0.5, "rounds": 2}  # a merge may be overridden

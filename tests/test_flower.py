@@ -29,6 +29,7 @@ from fedkit_core.engines.flower import node as node_module  # noqa: E402
 from fedkit_core.engines.flower.records import from_records, to_records  # noqa: E402
 from fedkit_core.engines.flower.serverapp import FlowerTransport, wait_for_nodes  # noqa: E402
 from fedkit_core.engines.server import Observer  # noqa: E402
+from fedkit_core.engines.workers import cpu_cores  # noqa: E402
 from fedkit_core.errors import ClientFailure  # noqa: E402
 from fedkit_core.messages import Message  # noqa: E402
 from fedkit_core.testing import REPO_ROOT, tiny  # noqa: E402
@@ -372,6 +373,23 @@ def test_fca_gives_the_local_engines_results():
     assert_same_results(run(config), run(flower(config)))
 
 
+@pytest.mark.slow
+def test_ray_backend_by_default_gives_the_local_engines_results_bit_for_bit():
+    """Default settings, a stateful plugin (FCA's private heads) and Flower's Ray backend:
+    the workers run at this process's torch threads, so every number is the local engine's.
+    With one thread per worker (flower.client_cpus=1, the former default) the training
+    losses already differed in round 1."""
+    pytest.importorskip("fedkit_fca")
+    pytest.importorskip("ray")
+    config = tiny(rounds=2, plugins=["fca"])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(min(2, cpu_cores()))  # where 1 and 2 threads differ
+    try:
+        assert_same_results(run(config), run(flower(config, backend="ray")), tol=0)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_fed_lwr_gives_the_local_engines_results():
     pytest.importorskip("fedkit_fed_lwr")
     config = tiny(rounds=3, plugins=["fed-lwr"])
@@ -414,8 +432,11 @@ def _flower_processes(marker: str) -> set[int]:
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to list processes")
 def test_loopback_deployment_gives_the_local_results_and_leaves_no_process(tmp_path):
-    """The loopback deployment runs as a real one does: TLS, and SuperNode authentication
-    with each node's key registered; a node whose key is not registered is refused. One
+    """The loopback deployment runs as a real one does: TLS, SuperNode authentication with
+    the hospitals' keys fixed at the SuperLink's start, the run submitted to the operator
+    address. An outsider with the public ca.crt and a key of its own is refused whatever it
+    tries: registering its key or unregistering a hospital's node (on either address),
+    listing or submitting runs on the SuperNodes' address, joining with its SuperNode. One
     client raises in round 1 and another's ClientApp process exits in round 2: each retry
     (client_retries=1) heals it, so the results are still the local engine's."""
     marker = f"FEDKIT_TEST_RUN={uuid.uuid4().hex}"  # tells this run's processes from others'
@@ -444,8 +465,28 @@ def test_loopback_deployment_gives_the_local_results_and_leaves_no_process(tmp_p
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert _flower_processes(marker) == set()
-    intruder = done.stdout.split("---- intruder.log (why it stopped)")[1]
+    said = done.stdout.split("---- outsider (what each attempt got)")[1]
+    tried, intruder, nodes = (part.split("\n", 1)[1] for part in said.split("\n---- "))
+    outcomes = dict(line.split(": ", 1) for line in tried.strip().splitlines())
+    not_served = "is not served on the SuperNodes' address"
+    fixed = "keys are fixed by the operator at start"
+    expected = {
+        "register-on-fleet": not_served,
+        "register-on-control": fixed,
+        "list-on-fleet": not_served,
+        "unregister-on-fleet": not_served,
+        "unregister-on-control": fixed,
+        "list-runs-on-fleet": not_served,
+        "submit-on-fleet": not_served,
+    }
+    assert set(outcomes) == set(expected), outcomes
+    for attempt, refusal in expected.items():
+        assert refusal in outcomes[attempt] and '"success": true' not in outcomes[attempt]
+    assert outcomes["submit-on-fleet"].startswith("exit 2: error: the SuperLink refused the run")
     assert "Failed to activate SuperNode" in intruder, intruder
+    held = json.loads(nodes)["nodes"]  # the three hospitals' and no other, all online
+    assert [n["owner-name"] for n in held] == ["operator (--node-keys)"] * 3, held
+    assert all(n["status"] == "online" for n in held)
     deployed = json.loads((out / "results.json").read_text())
     assert deployed["status"] == "complete" and deployed["events"] == []
     assert sorted(p.name for p in attempts.iterdir()) == ["site0-r2", "site1-r1"]

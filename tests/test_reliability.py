@@ -100,3 +100,65 @@ def test_a_killed_writers_temporary_files_are_removed(unfinished):
     (unfinished / "keep.tmp").write_text("the user's")
     resume(unfinished)
     assert not any(o.exists() for o in orphans) and (unfinished / "keep.tmp").is_file()
+
+
+def test_an_edit_is_told_from_the_checkpoint_when_the_other_records_are_gone(unfinished):
+    (unfinished / "config.sha256").unlink()
+    (unfinished / "results.json").unlink()
+    _edit(unfinished, lr=0.5)
+    with pytest.raises(FedkitError, match=r"edited after the run started \(lr: 0.001 -> 0.5\)"):
+        resume(unfinished)
+
+
+def test_resume_without_any_record_of_the_config_needs_accept_edits(unfinished):
+    (unfinished / "config.sha256").unlink()
+    manifest = json.loads((unfinished / "checkpoint" / "latest.json").read_text())
+    manifest.pop("config", None)  # a checkpoint of an older fedkit
+    (unfinished / "checkpoint" / "latest.json").write_text(json.dumps(manifest))
+    (unfinished / "results.json").unlink()
+    _edit(unfinished, lr=0.5)
+    with pytest.raises(FedkitError, match="record of the config .* is missing or unreadable"):
+        resume(unfinished)
+    assert resume(unfinished, accept_edits=True)["config"]["lr"] == 0.5
+    log = (unfinished / "config-edits.log").read_text()
+    assert "without a record of the config it started with" in log and "- -> " not in log
+
+
+def test_an_accepted_edit_logs_the_real_values_and_the_round_it_took_effect(unfinished):
+    (unfinished / "results.json").unlink()  # the values before come from the checkpoint
+    _edit(unfinished, lr=0.5, rounds=2)
+    results = resume(unfinished, accept_edits=True)
+    log = (unfinished / "config-edits.log").read_text()
+    assert "lr: 0.001 -> 0.5; rounds: 1 -> 2" in log and "- -> " not in log
+    (edit,) = results["config_edits"]
+    assert edit["from_round"] == 2 and edit["changes"] == ["lr: 0.001 -> 0.5", "rounds: 1 -> 2"]
+    assert json.loads((unfinished / "results.json").read_text())["config_edits"] == [edit]
+    assert "config_edits" not in run(tiny(rounds=1))  # only runs with an accepted edit
+
+
+def test_compare_out_removes_only_what_it_wrote_and_refuses_the_users_files(tmp_path):
+    from fedkit_core.results import compare as cmp
+
+    compare = cmp.compare
+
+    out = tmp_path / "cmp"
+    out.mkdir()
+    mine = {"compare.py": "print('mine')", "compare.txt": "notes", "notes.md": "keep"}
+    for name, text in mine.items():
+        (out / name).write_text(text)
+    layer = [tiny(rounds=1)]
+    with pytest.raises(FedkitError, match="holds compare.py, compare.txt, notes.md, which fedkit"):
+        compare(["fedavg"], seeds=[0], out=out, base=layer)
+    assert {p.name: p.read_text() for p in out.iterdir()} == mine  # nothing removed
+
+    fresh = tmp_path / "fresh"
+    compare(["fedavg"], seeds=[0], out=fresh, base=layer)
+    written = json.loads((fresh / cmp.MANIFEST).read_text())["files"]
+    assert {"compare.json", "compare.md", "compare.tex", "compare.png"} <= set(written)
+    (fresh / "compare.png").unlink()  # a stale output the next comparison does not miss
+    compare(["fedavg"], seeds=[0], out=fresh, base=layer)  # its own files are replaced
+    assert (fresh / "compare.png").is_file()
+    (fresh / "compare.md").write_text("my edits")
+    with pytest.raises(FedkitError, match="compare.md changed since fedkit wrote them"):
+        compare(["fedavg"], seeds=[0], out=fresh, base=layer)
+    assert (fresh / "compare.md").read_text() == "my edits"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # A fedkit run through Flower's deployment runtime on this machine: one SuperLink and three
 # SuperNodes as separate processes on 127.0.0.1 (free ports), as a real deployment runs them:
-# TLS with a throwaway CA, and SuperNode authentication (each node's public key registered on
-# the SuperLink with `flwr supernode register`; an unregistered node is refused). See
-# docs/engines.md for a real deployment. Results go to OUT_DIR in the usual format.
-# Every process started here is stopped on exit, failure or interrupt.
+# TLS with a throwaway CA, and SuperNode authentication with the nodes' public keys fixed at
+# the SuperLink's start (--node-keys; a node with another key is refused). The SuperNodes
+# reach the SuperLink's Fleet address; the run is submitted to its operator address, which
+# serves only this machine. See docs/engines.md for a real deployment. Results go to OUT_DIR
+# in the usual format. Every process started here is stopped on exit, failure or interrupt.
 #
 #   bash examples/flower/deploy_local.sh OUT_DIR [extra `fedkit flower submit` options]
 #
@@ -12,9 +13,11 @@
 # runs without TLS and node authentication (plain HTTP: only to debug the script);
 # SUPERNODE_ARGS adds options to each `fedkit flower supernode` (e.g. --no-warm: Flower's
 # fresh ClientApp process per message, as before fedkit's warm SuperNode). INTRUDER=1 (with
-# TLS) also starts a fourth SuperNode whose key is not registered: the SuperLink must refuse
-# it (the run would stop with "4 SuperNodes are connected" otherwise); the script then
-# prints the intruder's log lines that say why it stopped.
+# TLS) also plays an outsider holding only the public ca.crt and a key of its own: it tries
+# to register its key (`flwr supernode register`) on the Fleet address and on the operator
+# address, to unregister a hospital's node, and starts a fourth SuperNode with its key. The
+# SuperLink must refuse each (the run would stop with "4 SuperNodes are connected"
+# otherwise); the script prints what each attempt got.
 set -euo pipefail
 
 if [ $# -lt 1 ]; then
@@ -72,46 +75,89 @@ start() {  # start NAME COMMAND...: in its own process group, output to WORK/NAM
 }
 
 LINK_PORT=$(free_port)
-SUPERLINK=127.0.0.1:$LINK_PORT
+CONTROL_PORT=$(free_port)
+SUPERLINK=127.0.0.1:$LINK_PORT  # the Fleet address: what the SuperNodes (hospitals) reach
+CONTROL=127.0.0.1:$CONTROL_PORT  # the operator address: run submission, node registration
 KEYS=$WORK/keys
+FLWR="$(dirname "$(command -v "$PYTHON")")/flwr"
 if [ "${INSECURE:-0}" = 1 ]; then
   LINK_TLS=(--insecure)
   NODE_TLS=(--insecure)
-else  # TLS, and node authentication (on by default with TLS)
-  "$PYTHON" "$HERE/throwaway_keys.py" "$KEYS" $((NODES + 1))  # node$NODES: never registered
+else  # TLS, and node authentication with the hospitals' keys fixed at start
+  "$PYTHON" "$HERE/throwaway_keys.py" "$KEYS" $((NODES + 1))  # node$NODES: the outsider's
+  for k in $(seq 0 $((NODES - 1))); do  # the operator's list: one key a line, named
+    printf '%s hospital-%s\n' "$(cut -d' ' -f1,2 "$KEYS/node$k.pub")" "$k"
+  done >"$KEYS/nodes.pub"
   LINK_TLS=(--ca-cert "$KEYS/ca.crt" --cert "$KEYS/server.crt" --key "$KEYS/server.key")
+  LINK_TLS+=(--node-keys "$KEYS/nodes.pub")
   NODE_TLS=(--ca-cert "$KEYS/ca.crt")
+fi
+start superlink "$PYTHON" -m fedkit_core.cli flower superlink --address "$SUPERLINK" \
+  --control-address "$CONTROL" "${LINK_TLS[@]}"
+for port in "$LINK_PORT" "$CONTROL_PORT"; do  # until the SuperLink accepts connections
+  for _ in $(seq 150); do
+    if "$PYTHON" -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null; then
+      break
+    fi
+    sleep 0.2
+  done
+done
+
+connection() {  # connection FOLDER ADDRESS: a Flower configuration (FLWR_HOME) for ADDRESS
   "$PYTHON" -c 'import sys; from pathlib import Path
 from fedkit_core.engines.flower.deploy import Tls, write_connection
 write_connection(Path(sys.argv[1]), sys.argv[2], Tls(ca_cert=Path(sys.argv[3])))' \
-    "$WORK/flwr" "$SUPERLINK" "$KEYS/ca.crt"  # for `flwr supernode register`
-fi
-start superlink "$PYTHON" -m fedkit_core.cli flower superlink --address "$SUPERLINK" "${LINK_TLS[@]}"
-for _ in $(seq 150); do  # until the SuperLink accepts connections
-  if "$PYTHON" -c "import socket; socket.create_connection(('127.0.0.1', $LINK_PORT), 1)" 2>/dev/null; then
-    break
-  fi
-  sleep 0.2
-done
+    "$1" "$2" "$KEYS/ca.crt"
+}
+
+outsider() {  # outsider NAME ADDRESS ARGS...: `flwr ARGS` against ADDRESS, holding only ca.crt
+  local name=$1 address=$2
+  shift 2
+  connection "$WORK/outsider-$name" "$address"
+  local code=0
+  FLWR_HOME="$WORK/outsider-$name" "$FLWR" "$@" fedkit --format json \
+    >"$WORK/outsider-$name.out" 2>&1 || code=$?
+  echo "$name: exit $code: $(tr '\n' ' ' <"$WORK/outsider-$name.out" | cut -c1-300)" \
+    >>"$WORK/outsider.txt"
+}
 if [ "${INTRUDER:-0}" = 1 ] && [ "${INSECURE:-0}" != 1 ]; then
+  outsider register-on-fleet "$SUPERLINK" supernode register "$KEYS/node$NODES.pub"
+  outsider register-on-control "$CONTROL" supernode register "$KEYS/node$NODES.pub"
+  outsider list-on-fleet "$SUPERLINK" supernode list
   start intruder "$PYTHON" -m fedkit_core.cli flower supernode --superlink "$SUPERLINK" \
     --partition-id 0 --port "$(free_port)" "${NODE_TLS[@]}" --auth-key "$KEYS/node$NODES"
 fi
 for k in $(seq 0 $((NODES - 1))); do
   AUTH=()
-  if [ "${INSECURE:-0}" != 1 ]; then  # register the node's public key, then it may join
-    FLWR_HOME="$WORK/flwr" "$(dirname "$(command -v "$PYTHON")")/flwr" supernode register \
-      "$KEYS/node$k.pub" >>"$WORK/register.log" 2>&1
+  if [ "${INSECURE:-0}" != 1 ]; then
     AUTH=(--auth-key "$KEYS/node$k")
   fi
   start "supernode$k" "$PYTHON" -m fedkit_core.cli flower supernode --superlink "$SUPERLINK" \
     --partition-id "$k" --port "$(free_port)" "${NODE_TLS[@]}" "${AUTH[@]}" \
     ${SUPERNODE_ARGS:-}
 done
+if [ "${INTRUDER:-0}" = 1 ] && [ "${INSECURE:-0}" != 1 ]; then  # at a hospital's node
+  connection "$WORK/operator" "$CONTROL"
+  FLWR_HOME="$WORK/operator" "$FLWR" supernode list fedkit --format json >"$WORK/nodes.json"
+  FIRST=$("$PYTHON" -c 'import json, sys
+print(json.load(open(sys.argv[1]))["nodes"][0]["node-id"])' "$WORK/nodes.json")
+  outsider unregister-on-fleet "$SUPERLINK" supernode unregister "$FIRST"
+  outsider unregister-on-control "$CONTROL" supernode unregister "$FIRST"
+  outsider list-runs-on-fleet "$SUPERLINK" list
+  code=0  # and a run submitted to the SuperNodes' address
+  fedkit flower submit --superlink "$SUPERLINK" "${NODE_TLS[@]}" --nodes "$NODES" --no-wait \
+    -q >"$WORK/outsider-submit.out" 2>&1 || code=$?
+  echo "submit-on-fleet: exit $code: $(tr '\n' ' ' <"$WORK/outsider-submit.out" | cut -c1-300)" \
+    >>"$WORK/outsider.txt"
+fi
 
-fedkit flower submit --superlink "$SUPERLINK" "${NODE_TLS[@]}" --nodes "$NODES" \
+fedkit flower submit --superlink "$CONTROL" "${NODE_TLS[@]}" --nodes "$NODES" \
   --config "$HERE/deploy_local.yaml" --out "$OUT" "$@"
 if [ "${INTRUDER:-0}" = 1 ] && [ -f "$WORK/intruder.log" ]; then
+  echo "---- outsider (what each attempt got)"
+  cat "$WORK/outsider.txt"
   echo "---- intruder.log (why it stopped)"
   grep -E "Exit Code|Failed to" "$WORK/intruder.log" || true
+  echo "---- nodes (flwr supernode list on the operator address)"
+  FLWR_HOME="$WORK/operator" "$FLWR" supernode list fedkit --format json
 fi

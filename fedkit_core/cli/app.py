@@ -16,6 +16,7 @@ from fedkit_core.cli.options import (
     EngineOpt,
     LoggerOpt,
     PluginOpt,
+    PrivateOpt,
     QuietOpt,
     RoundsOpt,
     SeedOpt,
@@ -56,6 +57,7 @@ def run(
     ),
     quiet: bool = QuietOpt,
     logger: list[str] = LoggerOpt,
+    private: bool = PrivateOpt,
 ) -> None:
     """Run one federation. With no arguments: FedAvg on the built-in synthetic task.
 
@@ -75,6 +77,7 @@ def run(
         seed=seed,
         engine=engine,
         device=device,
+        private=private or None,
     )
     cfg, plugin_set = resolve_config(layers)
     out = out or default_out(cfg)
@@ -132,6 +135,7 @@ def compare(
     ),
     quiet: bool = QuietOpt,
     logger: list[str] = LoggerOpt,
+    private: bool = PrivateOpt,
 ) -> None:
     """Run several methods on the same task, partition and seeds; tabulate mean ± std and,
     with >= 2 seeds, each one's paired difference to the first (95% CI, wins/ties/losses),
@@ -147,6 +151,7 @@ def compare(
     from fedkit_core.results import compare as cmp
     from fedkit_core.results.convergence import convergence_note
     from fedkit_core.results.labels import metric_name
+    from fedkit_core.results.store import make_folder
 
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
@@ -157,7 +162,15 @@ def compare(
     if jobs > 1 and logger:
         raise FedkitError("--logger tracks runs of this process: use it without --jobs")
     base = layers_of(
-        config, [], task, [], rounds=rounds, clients=clients, engine=engine, device=device
+        config,
+        [],
+        task,
+        [],
+        rounds=rounds,
+        clients=clients,
+        engine=engine,
+        device=device,
+        private=private or None,
     )
     sets = parse_sets(set_)
     for spec in runspecs:  # fail fast on a bad runspec or key, before hours of training
@@ -174,6 +187,9 @@ def compare(
         if not quiet:
             console.print(f"[{next(counter)}/{total}] {spec} seed {seed} done")
 
+    if private:  # the summary too, not only each run
+        make_folder(out)
+        out.chmod(0o700)
     found = cmp.compare(
         runspecs,
         seeds=seed_list,
@@ -202,6 +218,9 @@ def compare(
             console.print(rows_table(found.gain_rows(), title))
             for note in found.clients["notes"]:
                 console.print(note)
+    if not found.written:
+        console.print(f"[yellow]note: {out} is read-only: the comparison was not written")
+        return
     figures = "compare.png/.pdf/.svg" + (", compare-clients.png" if found.gain_rows() else "")
     console.print(
         f"comparison of {len(found.table)} runspecs in [bold]{out}[/] "
@@ -221,16 +240,20 @@ def report(
 ) -> None:
     """Re-plot and summarise one or several runs."""
     from fedkit_core.cli.display import print_run, rows_table
+    from fedkit_core.results.report import readable
     from fedkit_core.results.report import report as make_report
     from fedkit_core.results.schema import Results
 
-    rows, plots = make_report(run_dirs, out)
+    rows, plots, notes = make_report(run_dirs, out)
     if len(run_dirs) == 1:  # one run: its per-client table and summary
-        print_run(console, Results.load(run_dirs[0]))
+        results = Results.load(run_dirs[0])
+        readable(run_dirs[0], print_run, console, results)
     else:
         console.print(rows_table(rows, "final round; clients: mean of the clients' test sets"))
     for path in plots:
         console.print(f"plot: {path}")
+    for note in notes:
+        console.print(f"[yellow]note: {note}")
 
 
 @app.command()

@@ -62,8 +62,8 @@ def superlink(
     address: str = typer.Option(
         "127.0.0.1:9091",
         "--address",
-        help="HOST:PORT to serve SuperNodes and submitters on (default: this machine only; "
-        "give the internal address the sites reach, e.g. 10.0.0.5:9091)",
+        help="HOST:PORT to serve the SuperNodes on (default: this machine only; give the "
+        "internal address the sites reach, e.g. 10.0.0.5:9091)",
     ),
     insecure: bool = InsecureOpt,
     ca_cert: Path | None = CaCertOpt,
@@ -72,18 +72,33 @@ def superlink(
     node_auth: bool | None = typer.Option(
         None,
         "--node-auth/--no-node-auth",
-        help="admit only SuperNodes whose keys are registered (`flwr supernode register`); "
-        "default: on with TLS (Flower needs TLS for it)",
+        help="admit only SuperNodes whose keys are registered (--node-keys, or `flwr "
+        "supernode register` on the operator address); default: on with TLS (Flower needs "
+        "TLS for it)",
+    ),
+    node_keys: list[Path] = typer.Option(
+        [],
+        "--node-keys",
+        help="file of the SuperNodes' public keys (OpenSSH, one a line, the comment names "
+        "the node; repeatable): fixed at start, no other node may join or be registered",
+    ),
+    control_address: str | None = typer.Option(
+        None,
+        "--control-address",
+        help="HOST:PORT of run submission and node registration (Control API) and of the "
+        "ServerApp (default: 127.0.0.1, the port after --address's: this machine only)",
     ),
 ) -> None:
     """Start the SuperLink (on the server). Runs until stopped.
 
+    SuperNodes connect to --address; `fedkit flower submit` and `flwr` to --control-address.
     Arguments after ``--`` go to flower-superlink.
     """
     from fedkit_core.engines.flower.deploy import superlink_command
 
     tls = _tls(insecure, ca_cert, cert, key)
-    _exec([*superlink_command(address, tls, node_auth), *ctx.args])
+    command = superlink_command(address, tls, node_auth, control_address, node_keys)
+    _exec([*command, *ctx.args])
 
 
 @flower_app.command(context_settings=PASS_THROUGH)

@@ -34,6 +34,11 @@ SeedOpt = typer.Option(None, "--seed", help="random seed")
 EngineOpt = typer.Option(None, "--engine", help="local, flower or an installed engine")
 DeviceOpt = typer.Option(None, "--device", help="auto, cpu, cuda, ...")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="no progress display")
+PrivateOpt = typer.Option(
+    False,
+    "--private",
+    help="only you may read the run folder: 0700, its files 0600 (the config key private)",
+)
 LoggerOpt = typer.Option(
     [], "--logger", help="also log to tensorboard, mlflow or wandb (repeatable; docs/tracking.md)"
 )

@@ -1,11 +1,19 @@
 """Checkpoints of a run, each party keeping its own: what ``fedkit resume`` continues from.
 
 * The **server** writes its snapshot after every round, then atomically replaces
-  ``latest.json`` (``{"round": R, "server": "server-rR.pt"}``), the commit point.
+  ``latest.json`` (``{"round": R, "server": "server-rR.pt", "sha256": ..., "config": ...}``),
+  the commit point: it holds the snapshot's SHA-256 and the config the committed rounds
+  ran under.
 * Each **client** writes its own snapshot (:mod:`fedkit_core.engines.snapshot`) to its own
   folder, ``clients/<client id>/r<round>.pt``, after every message that changed its state,
-  keeping its newest two rounds: whenever the run is killed, every client still holds its
-  state as of the server's last committed round.
+  keeping its newest two rounds, and then their SHA-256 in ``digests.json`` beside them:
+  whenever the run is killed, every client still holds its state as of the server's last
+  committed round.
+
+A file that no longer matches the digest written after it (a flipped bit, a copy cut
+short, an edit) is refused on resume, naming the file and the round to restart from,
+instead of continuing silently from damaged state. Checkpoints written before digests
+existed (no digest recorded at all) are read without the check.
 
 On resume the server restores round R and its setup message carries R
 (:data:`RESUME_KEY`); each client restores its newest snapshot of a round <= R (none: its
@@ -16,7 +24,9 @@ the run's ``checkpoint`` folder).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -34,9 +44,40 @@ from fedkit_core.errors import FedkitError
 from fedkit_core.messages import Message
 from fedkit_core.results.store import write_text
 
+log = logging.getLogger("fedkit")
+
 #: the setup message's scalar naming the round a resumed run continues after
 RESUME_KEY = "fedkit.resume_round"
 _CLIENT_FILE = re.compile(r"r(\d+)\.pt")
+#: a client folder's record of its snapshots' SHA-256, written after each snapshot
+DIGESTS = "digests.json"
+
+
+def file_digest(path: Path) -> str:
+    """The SHA-256 of the file ``path`` (hex)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify(path: Path, expected: str | None, rnd: int, record: Path, checkpoints: Path) -> None:
+    """Refuse ``path``, a checkpoint of round ``rnd`` in the run's folder ``checkpoints``,
+    unless its SHA-256 is ``expected``: the digest ``record`` holds for it (None: none)."""
+    if expected is not None and path.is_file() and file_digest(path) == expected:
+        return
+    why = (
+        f"no digest of it is recorded in {record}"
+        if expected is None
+        else f"its SHA-256 is not the one recorded in {record} when it was written"
+    )
+    raise FedkitError(
+        f"checkpoint file {path} (round {rnd}) is damaged or was changed since it was "
+        f"written ({why}), so the run cannot continue from round {rnd}, and no older "
+        f"round is kept: restart it from round 1 by deleting {checkpoints} and running "
+        f"`fedkit resume {checkpoints.parent}` again"
+    )
 
 
 class ServerCheckpoints:
@@ -47,24 +88,67 @@ class ServerCheckpoints:
         self.manifest = self.directory / "latest.json"
 
     def save(self, server: Server) -> None:
-        """Write the server's snapshot after its last completed round, then commit it."""
+        """Write the server's snapshot after its last completed round, then commit it with
+        the snapshot's digest and the config the rounds ran under."""
         done = server.next_round - 1
         name = f"server-r{done}.pt"
         write_snapshot(self.directory / name, server.snapshot())
-        write_text(self.manifest, json.dumps({"round": done, "server": name}, indent=1))
+        manifest = {
+            "round": done,
+            "server": name,
+            "sha256": file_digest(self.directory / name),
+            "config": server.config.nested(),
+        }
+        write_text(self.manifest, json.dumps(manifest, indent=1, default=str))
         _prune(self.directory, "server-r*.pt", keep={name})
 
-    def load(self) -> dict[str, Any] | None:
-        """The server snapshot of the last committed round, or None when there is none."""
+    def _read(self) -> dict[str, Any] | None:
+        """``latest.json``, checked (None when there is none)."""
         if not self.manifest.is_file():
             return None
         try:
-            name = json.loads(self.manifest.read_text())["server"]
+            manifest = json.loads(self.manifest.read_text())
+            name, rnd = manifest["server"], manifest["round"]
         except (ValueError, KeyError, TypeError) as err:  # JSON and UTF-8 errors are ValueErrors
             raise self._corrupt(f"{type(err).__name__}: {err}") from None
         if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
             raise self._corrupt(f"it names {name!r}, not a file of this folder")
-        return read_snapshot(self.directory / name)
+        if not isinstance(rnd, int) or isinstance(rnd, bool) or rnd < 0:
+            raise self._corrupt(f"its round is {rnd!r}")
+        digest, config = manifest.get("sha256"), manifest.get("config")
+        if not (digest is None or isinstance(digest, str)) or not (
+            config is None or isinstance(config, dict)
+        ):
+            raise self._corrupt("its sha256 or config is of the wrong type")
+        return manifest
+
+    def round(self) -> int | None:
+        """The last committed round (None: no checkpoint)."""
+        manifest = self._read()
+        return None if manifest is None else manifest["round"]
+
+    def config(self) -> dict[str, Any] | None:
+        """The config the committed rounds ran under (None: no checkpoint, or one written
+        before the manifest recorded it)."""
+        manifest = self._read()
+        return None if manifest is None else manifest.get("config")
+
+    def load(self) -> dict[str, Any] | None:
+        """The server snapshot of the last committed round, or None when there is none;
+        its file is checked against its digest, and so is every client's snapshot of that
+        round under this folder (a simulation's nodes keep theirs here)."""
+        manifest = self._read()
+        if manifest is None:
+            return None
+        path, rnd = self.directory / manifest["server"], manifest["round"]
+        if "sha256" in manifest:
+            verify(path, manifest["sha256"], rnd, self.manifest, self.directory)
+        else:
+            log.warning("%s records no digests (an older fedkit): not checked", self.manifest)
+        for folder in sorted((self.directory / "clients").glob("*")):
+            if folder.is_dir():
+                ClientCheckpoints(folder).verify(rnd)
+        return read_snapshot(path)
 
     def _corrupt(self, reason: str) -> FedkitError:
         return FedkitError(
@@ -86,15 +170,43 @@ class ClientCheckpoints:
         return cls(Path(directory) / "clients" / re.sub(r"^\.", "%2E", name))
 
     def save(self, snapshot: dict[str, Any]) -> None:
-        """Write the snapshot of its round; keep only the newest two rounds."""
-        write_snapshot(self.folder / f"r{snapshot['round']}.pt", snapshot)
-        rounds = sorted(self._rounds(), reverse=True)
-        _prune(self.folder, "r*.pt", keep={f"r{r}.pt" for r in rounds[:2]})
+        """Write the snapshot of its round, then its digest; keep only the newest two rounds."""
+        name = f"r{snapshot['round']}.pt"
+        write_snapshot(self.folder / name, snapshot)
+        keep = {f"r{r}.pt" for r in sorted(self._rounds(), reverse=True)[:2]}
+        digests = {k: v for k, v in (self._digests() or {}).items() if k in keep}
+        digests[name] = file_digest(self.folder / name)
+        write_text(self.folder / DIGESTS, json.dumps(digests, indent=1, sort_keys=True))
+        _prune(self.folder, "r*.pt", keep=keep)
 
     def load(self, upto: int) -> dict[str, Any] | None:
-        """The newest snapshot of a round <= ``upto``, or None."""
+        """The newest snapshot of a round <= ``upto`` (checked against its digest), or None."""
         rounds = [r for r in self._rounds() if r <= upto]
-        return read_snapshot(self.folder / f"r{max(rounds)}.pt") if rounds else None
+        if not rounds:
+            return None
+        self.verify(upto)
+        return read_snapshot(self.folder / f"r{max(rounds)}.pt")
+
+    def verify(self, upto: int) -> None:
+        """Refuse the snapshot :meth:`load` would read when it does not match its digest."""
+        rounds = [r for r in self._rounds() if r <= upto]
+        if not rounds:
+            return
+        name = f"r{max(rounds)}.pt"
+        digests = self._digests()
+        if digests is None and not (self.folder / DIGESTS).exists():
+            return  # written before digests existed
+        record = self.folder / DIGESTS
+        expected = (digests or {}).get(name)
+        verify(self.folder / name, expected, max(rounds), record, self.folder.parents[1])
+
+    def _digests(self) -> dict[str, str] | None:
+        """``digests.json`` (None when absent or unreadable)."""
+        try:
+            digests = json.loads((self.folder / DIGESTS).read_text())
+        except (OSError, ValueError):
+            return None
+        return digests if isinstance(digests, dict) else None
 
     def _rounds(self) -> list[int]:
         if not self.folder.is_dir():

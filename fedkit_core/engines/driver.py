@@ -12,9 +12,15 @@ from fedkit_core.engines.checkpoint import RESUME_KEY, ServerCheckpoints
 from fedkit_core.engines.server import Server, Transport
 from fedkit_core.messages import Message
 from fedkit_core.plugins import PluginSet
-from fedkit_core.results.plots import plot_run
-from fedkit_core.results.schema import Results, build_results
-from fedkit_core.results.store import ResultsWriter, RunDir
+from fedkit_core.results.plots import RUN_FIGURES, figure_paths, plot_run
+from fedkit_core.results.schema import Results, build_results, has_test, metrics_csv
+from fedkit_core.results.store import (
+    ResultsWriter,
+    RunDir,
+    config_diff,
+    config_hash,
+    write_text,
+)
 
 log = logging.getLogger("fedkit")
 
@@ -43,6 +49,7 @@ def drive(
     server.setup_clients(_Resuming(transport, done), clients)
     if saved:
         server.restore(saved)
+        _record_edit(server, store.config(), done)
     server.seconds += time.perf_counter() - started
     writer = ResultsWriter()
 
@@ -53,6 +60,21 @@ def drive(
 
     server.run(transport, on_round=after_round)
     return finish_run(server, plugin_set, run_dir, writer)
+
+
+def _record_edit(server: Server, before: dict | None, done: int) -> None:
+    """Note in the results from which round on the run used an edited config (an edit
+    ``fedkit resume`` accepted): the rounds up to ``done`` ran under ``before``."""
+    after = server.config.nested()
+    if before is None or config_hash(before) == config_hash(after):
+        return
+    server.config_edits.append(
+        {
+            "from_round": done + 1,
+            "changes": config_diff(before, after),
+            "config_sha256": config_hash(after),
+        }
+    )
 
 
 class _Resuming:
@@ -93,10 +115,32 @@ def write_results(
         priors=server.ctx.priors,
         privacy=server.privacy.summary(server.records, server.ctx.states.get("dp", {})),
         normalisation=server.normalisation,
+        config_edits=server.config_edits,
     )
     if run_dir is not None:
         writer.write(run_dir, results)
     return results
+
+
+def write_missing_outputs(run_dir: RunDir, results: Results) -> list[str]:
+    """Write what a complete run lacks beside its results.json (metrics.csv, the figures):
+    a run killed right after its results were written has none of them. Returns the
+    names written; a folder that cannot be written is left as it is, with a warning."""
+    missing = [] if run_dir.metrics_csv.is_file() else [run_dir.metrics_csv.name]
+    figures = [p for name in RUN_FIGURES for p in figure_paths(run_dir.path / name)]
+    if any(has_test(r) for r in results.rounds) and not all(p.is_file() for p in figures):
+        missing.append("figures")
+    if not missing:
+        return []
+    try:
+        if run_dir.metrics_csv.name in missing:
+            write_text(run_dir.metrics_csv, metrics_csv(results.rounds))
+        if "figures" in missing:
+            plot_run(results, run_dir.path)
+    except OSError as err:
+        log.warning("%s lacks %s and cannot be written (%s)", run_dir.path, missing, err)
+        return []
+    return missing
 
 
 def finish_run(

@@ -8,6 +8,7 @@ calls; the Flower engine wraps them in Flower messages. Everything else is share
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import time
 from collections import defaultdict
@@ -21,7 +22,7 @@ import torch
 from fedkit_core.config import Config
 from fedkit_core.engines.client import CLASS_COUNTS, EVALUATION, PAYLOAD, build_model
 from fedkit_core.engines.context import ServerContext, derive_seed
-from fedkit_core.errors import ClientFailure, FedkitError
+from fedkit_core.errors import ClientFailure, FedkitError, NoSpace
 from fedkit_core.messages import (
     Arrays,
     Message,
@@ -36,11 +37,13 @@ from fedkit_core.messages import (
 )
 from fedkit_core.metrics.fairness import fairness
 from fedkit_core.metrics.statistics import add_stats
-from fedkit_core.plugins import PluginSet
+from fedkit_core.plugins import BUILTINS, PluginSet
 from fedkit_core.privacy.checks import declared_channels
 from fedkit_core.privacy.layer import ServerPrivacy, private_scalars, privatised_channels
 from fedkit_core.results.schema import best_round
 from fedkit_core.tasks.base import CLASSIFICATION, TaskInfo
+
+log = logging.getLogger("fedkit")
 
 
 class Transport(Protocol):
@@ -121,6 +124,10 @@ class Server:
         self.ctx = ServerContext(task, config, device)
         self.records: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
+        #: accepted edits of the config on resume: from which round on the run used which
+        #: config (``fedkit resume --accept-edits``)
+        self.config_edits: list[dict[str, Any]] = []
+        self._warned: set[tuple[str, ...]] = set()  # warnings given once per run
         self.next_round = 1
         self.seconds = 0.0
         #: bytes sent to ("down") and received from ("up") each client in the current phase
@@ -266,10 +273,8 @@ class Server:
         else:
             updates = [_update(cid, replies[cid]) for cid in ok]
             updates = self.privacy.updates(ctx.global_state, updates, dp_state, rnd)
-        new_state = self.hook.fedkit_aggregate(
-            server=ctx, updates=updates, ask=self._asker(transport, rnd, ok)
-        )
-        self._check_state(new_state)
+        new_state, aggregator = self._aggregate(updates, self._asker(transport, rnd, ok))
+        self._check_state(new_state, aggregator, rnd, updates)
         ctx.global_state = {k: v.detach().cpu() for k, v in new_state.items()}
         record: dict[str, Any] = {
             "round": rnd,
@@ -394,6 +399,8 @@ class Server:
         failed = {cid: msg for cid, msg in replies.items() if msg.error is not None}
         for cid, msg in failed.items():
             self.events.append({"round": rnd, "phase": phase, "client": cid, "error": msg.error})
+            if isinstance(msg.exception, NoSpace):  # the machine's: every client would fail
+                raise msg.exception
         if len(ok) < required or (failed and not ok):  # none left, even with min_clients=0
             cid, msg = next(iter(failed.items()))
             if isinstance(msg.exception, FedkitError):
@@ -425,17 +432,56 @@ class Server:
 
         return ask
 
-    def _check_state(self, state: Any) -> None:
+    def _aggregate(self, updates: list[Update], ask: Callable[..., Any]) -> tuple[Any, str]:
+        """The new global state by ``fedkit_aggregate`` (the first implementation, in call
+        order, that returns one) and the name of the plugin that made it."""
+        hook = self.hook.fedkit_aggregate
+        impls = hook.get_hookimpls()
+        if any(getattr(i, "hookwrapper", False) or getattr(i, "wrapper", False) for i in impls):
+            owners = [i.plugin_name for i in impls if i.plugin_name not in BUILTINS]
+            return hook(server=self.ctx, updates=updates, ask=ask), " or ".join(owners)
+        kwargs = {"server": self.ctx, "updates": updates, "ask": ask}
+        for impl in reversed(impls):  # pluggy's call order
+            state = impl.function(*(kwargs[name] for name in impl.argnames))
+            if state is not None:
+                return state, impl.plugin_name
+        return None, "no plugin"
+
+    def _check_state(
+        self, state: Any, aggregator: str = "", rnd: int = 0, updates: Sequence[Update] = ()
+    ) -> None:
+        """Refuse an aggregate of the wrong kind, keys or values (NaN or inf), naming the
+        plugin that made it, or the clients whose updates were not finite already (a
+        non-finite state would fail the next round's clients, as if their learning rate
+        were too high)."""
         if not isinstance(state, dict):
             raise FedkitError(
-                f"fedkit_aggregate returned {type(state).__name__}, not a dict of tensors"
+                f"fedkit_aggregate ({aggregator}) returned {type(state).__name__}, not a dict "
+                "of tensors"
             )
         expected = set(self.ctx.global_state)
         if set(state) != expected:
             missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
             raise FedkitError(
-                f"the aggregator returned a different state: missing {missing[:5]}, extra {extra[:5]}"
+                f"the aggregator ({aggregator}) returned a different state: missing "
+                f"{missing[:5]}, extra {extra[:5]}"
             )
+        broken = [key for key, value in state.items() if not _finite(value)]
+        if not broken:
+            return
+        senders = [u.client_id for u in updates if not all(map(_finite, u.arrays.values()))]
+        if senders:
+            raise FedkitError(
+                f"the updates of {', '.join(map(repr, senders))} in round {rnd} hold values "
+                f"that are not finite (NaN or inf), and so does their aggregate"
+            )
+        raise FedkitError(
+            f"the aggregate of round {rnd} made by plugin {aggregator!r} "
+            f"(fedkit_aggregate) holds values that are not finite (NaN or inf) in "
+            f"{', '.join(broken[:5])}{', ...' if len(broken) > 5 else ''}, from clients' "
+            "updates that are finite: a fault in that plugin's aggregation (e.g. weights "
+            "that are NaN or sum to 0)"
+        )
 
     # ------------------------------------------------------------------ evaluation
 
@@ -565,10 +611,51 @@ class Server:
         return scopes
 
     def _metrics(self, arrays: Mapping[str, np.ndarray]) -> dict[str, float]:
+        """The metrics of one scope: the built-in ones, then each plugin's. A plugin's metric
+        named like a built-in one does not replace it, and one that is not finite (NaN,
+        inf) is recorded as missing, each with a warning naming the plugin; one that is not
+        a number is an error naming it."""
         out: dict[str, float] = {}
-        for part in reversed(self.hook.fedkit_metrics(server=self.ctx, arrays=arrays)):
-            out.update(part or {})
+        builtin: set[str] = set()
+        for impl in self.hook.fedkit_metrics.get_hookimpls():  # built-ins (trylast) first
+            kwargs = {"server": self.ctx, "arrays": arrays}
+            part = impl.function(*(kwargs[name] for name in impl.argnames)) or {}
+            plugin = impl.plugin_name
+            if plugin in BUILTINS:
+                builtin.update(part)
+                out.update(part)
+                continue
+            if not isinstance(part, Mapping):
+                raise FedkitError(
+                    f"plugin {plugin!r}: fedkit_metrics returned a {type(part).__name__}, "
+                    "not a mapping of metric names to numbers"
+                )
+            for name, value in part.items():
+                if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+                    raise FedkitError(
+                        f"plugin {plugin!r}: its metric {str(name)[:80]!r} is "
+                        f"{str(value)[:80]!r} ({type(value).__name__}), not a number"
+                    )
+                if name in builtin:
+                    self._warn_once(
+                        (plugin, name, "shadow"),
+                        f"plugin {plugin!r} gives a metric {name!r}, the name of a built-in "
+                        f"one, which is kept: name the plugin's own '{plugin}.{name}'",
+                    )
+                elif not math.isfinite(float(value)):
+                    self._warn_once(
+                        (plugin, name, "finite"),
+                        f"plugin {plugin!r} gave {value} for its metric {name!r}: recorded "
+                        "as missing where it is not finite",
+                    )
+                else:
+                    out[name] = value
         return out
+
+    def _warn_once(self, key: tuple[str, ...], text: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(text)
 
     # ------------------------------------------------------------------ persistence
 
@@ -583,6 +670,7 @@ class Server:
             "events": self.events,
             "seconds": self.seconds,
             "best_state": self.best_state,
+            "config_edits": self.config_edits,
         }
 
     def restore(self, snap: dict[str, Any]) -> None:
@@ -595,6 +683,7 @@ class Server:
         self.seconds = snap["seconds"]
         self.best_state = snap.get("best_state")
         self.privacy.restore(self.ctx.states.get("dp", {}))
+        self.config_edits = snap.get("config_edits", [])
 
 
 def _update(cid: str, reply: Message) -> Update:
@@ -602,6 +691,12 @@ def _update(cid: str, reply: Message) -> Update:
     apart the arrays plugins sent up (:data:`PAYLOAD`)."""
     fit, sent = take_out(reply, PAYLOAD, "fit")
     return Update(cid, fit.arrays, fit.scalars, payload=sent.arrays)
+
+
+def _finite(value: Any) -> bool:
+    """Whether a message array holds no NaN or inf (arrays that are not floats always do)."""
+    tensor = torch.as_tensor(value)
+    return not tensor.is_floating_point() or bool(tensor.isfinite().all())
 
 
 def _mean_metrics(metrics: Iterable[dict[str, float]]) -> dict[str, float]:

@@ -49,7 +49,7 @@ from fedkit_core.engines.checkpoint import RESUME_KEY, ClientCheckpoints, checkp
 from fedkit_core.engines.client import ClientRuntime
 from fedkit_core.engines.server import Observer
 from fedkit_core.engines.snapshot import client_snapshot, restore_client
-from fedkit_core.errors import FedkitError, failure_text
+from fedkit_core.errors import FedkitError, failure_text, no_space
 from fedkit_core.messages import Message
 
 log = logging.getLogger("fedkit")
@@ -138,6 +138,7 @@ def deliver(
 def _failed(message: Message, err: BaseException) -> Message:
     """The failed reply to ``message``: the error's text, the exception kept. A client that
     calls ``sys.exit`` fails alone, as on Flower's thread backend (same wording)."""
+    err = no_space(err)
     return Message(message.kind, error=failure_text(err), exception=err)
 
 

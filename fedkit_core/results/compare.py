@@ -28,7 +28,6 @@ reference runspec client by client (:mod:`fedkit_core.results.clients`; the refe
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +57,14 @@ from fedkit_core.results.labels import (
     reference_of,
 )
 from fedkit_core.results.schema import Results
-from fedkit_core.results.store import RunDir, write_json, write_text
+from fedkit_core.results.store import (
+    OwnedOutputs,
+    RunDir,
+    folder_name,
+    writable,
+    write_json,
+    write_text,
+)
 
 #: the runspec of the pooled reference (centralised training, not a plugin)
 POOLED = "pooled"
@@ -78,9 +84,8 @@ def runspec_layer(spec: str) -> dict[str, Any]:
 
 
 def runspec_label(spec: str) -> str:
-    return re.sub(
-        r"[^A-Za-z0-9_.+-]+", "_", Path(spec).stem if spec.endswith((".yaml", ".yml")) else spec
-    )
+    """The folder of a runspec's runs in the comparison's folder (never outside it)."""
+    return folder_name(Path(spec).stem if spec.endswith((".yaml", ".yml")) else spec)
 
 
 def drop_foreign_sets(sets: Mapping[str, Any], active: Sequence[str]) -> dict[str, Any]:
@@ -142,6 +147,8 @@ def aggregate(
     return table
 
 
+#: the list of the files a comparison wrote in its folder (removed by the next one)
+MANIFEST = ".fedkit-compare.json"
 #: the compare.json key of the paired differences
 DIFF = "diff"
 #: the compare.json key naming the runspecs that are references (``{runspec: kind}``)
@@ -244,6 +251,9 @@ class Comparison:
     def labels(self) -> dict[str, str]:
         """Runspec names for people: references marked (:func:`reference_labels`)."""
         return reference_labels(self.references)
+
+    #: whether compare.json and the rest were written (not in a read-only folder)
+    written: bool = True
 
     def rows(self) -> list[dict[str, str]]:
         """One row per compared number, one column per runspec (mean ± std), for a console;
@@ -530,6 +540,23 @@ def planned_runs(
     ]
 
 
+def refuse_shared_folders(runspecs: Sequence[str], out: Path) -> None:
+    """Exit 2 when two runspecs would run into one folder (``fedkit compare fedavg fedavg``,
+    or ``a/x.yaml`` and ``b/x.yaml``): each seed's run would be counted twice."""
+    by_label: dict[str, list[str]] = {}
+    for spec in runspecs:
+        by_label.setdefault(runspec_label(spec), []).append(spec)
+    shared = {label: specs for label, specs in by_label.items() if len(specs) > 1}
+    if shared:
+        text = "; ".join(
+            f"{' and '.join(map(repr, s))} -> {out / label}" for label, s in shared.items()
+        )
+        raise FedkitError(
+            f"runspecs given twice or sharing a folder ({text}): each run would be counted "
+            "twice; give each method once (rename a YAML file whose name another runspec has)"
+        )
+
+
 def refuse_foreign_runs(plan: Sequence[tuple[str, int, Path, list[Mapping[str, Any]]]]) -> None:
     """Before any training: every planned folder that already holds a run must hold a run of
     the very same config (it is then reused); otherwise exit 2 naming each such folder and
@@ -572,8 +599,9 @@ def compare(
     ``solo`` or another local reference when compared, else the first runspec; see
     :mod:`fedkit_core.results.clients`); the paired differences ``diff`` stay against the
     first runspec.
-    Folders holding runs of another config are refused before anything runs, and the summary
-    files of an earlier comparison in ``out`` are removed first, so they never outlive it.
+    Folders holding runs of another config, and files in ``out`` that fedkit did not write,
+    are refused before anything runs; the summary files of an earlier comparison in ``out``
+    (listed in its :data:`MANIFEST`) are removed first, so they never outlive it.
     """
     from fedkit_core import api
 
@@ -590,12 +618,15 @@ def compare(
         raise FedkitError(
             f"--reference {reference} is not one of the compared runspecs: {', '.join(runspecs)}"
         )
+    refuse_shared_folders(runspecs, out)
     if not isinstance(jobs, int) or jobs < 1:
         raise FedkitError(f"--jobs must be a whole number of at least 1, got {jobs!r}")
     plan = planned_runs(runspecs, seeds, out, base, sets or {})
     refuse_foreign_runs(plan)
-    for stale in out.glob("compare.*"):
-        stale.unlink()
+    outputs, labels = OwnedOutputs(out, MANIFEST), {runspec_label(s) for s in runspecs}
+    written = writable(out)  # a read-only folder of complete runs is summarised, not written
+    if written:
+        outputs.claim(labels)  # refuses the user's files; removes only the last summary's
     if jobs > 1:
         from fedkit_core.results.parallel import run_parallel
 
@@ -614,10 +645,15 @@ def compare(
     clients = clients_section(runs, main, chosen, seeds)
     converged = {spec: convergence(seeds_runs) for spec, seeds_runs in runs.items()}
     bn = {spec: bn_policy(seeds_runs[0]) for spec, seeds_runs in runs.items()}
+    if not written:
+        return Comparison(
+            table, main, list(seeds), diff, references, clients, converged, bn, written=False
+        )
     summary = {**table, **({DIFF: diff} if diff else {}), CLIENTS: clients}
     write_json(
         out / "compare.json",
         {**summary, REFERENCES_KEY: references, CONVERGENCE: converged},
     )
     write_summary(out, table, runs, main, seeds, diff, references, clients, converged)
+    outputs.record(labels)
     return Comparison(table, main, list(seeds), diff, references, clients, converged, bn)

@@ -19,6 +19,8 @@ from fedkit_core.results.schema import has_test
 from fedkit_core.results.store import _atomic
 
 FORMATS = ("png", "pdf", "svg")
+#: the figures :func:`plot_run` draws in a run's folder
+RUN_FIGURES = ("curves", "clients")
 _METADATA = {"pdf": {"CreationDate": None}, "svg": {"Date": None}, "png": {}}  # reproducible
 
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from fedkit_core.errors import FedkitError
 from fedkit_core.results.plots import _title, figure_target, plot_run, plot_runs
 from fedkit_core.results.schema import Results
+from fedkit_core.results.store import writable
+
+T = TypeVar("T")
 
 
 def summary_row(results: Results) -> dict[str, Any]:
@@ -35,16 +39,41 @@ def summary_row(results: Results) -> dict[str, Any]:
 
 def report(
     dirs: Sequence[str | Path], overlay: Path | None = None
-) -> tuple[list[dict[str, Any]], list[Path]]:
+) -> tuple[list[dict[str, Any]], list[Path], list[str]]:
     """Re-plot every run in its own directory; with several runs, also an overlay figure
-    (default ``report.png`` in the runs' common folder, never the current one)."""
+    (default ``report.png`` in the runs' common folder, never the current one). Returns
+    the summary rows, the figures written and notes: a run folder that cannot be written
+    (read-only) is summarised with its figures left as they are, and an overlay that
+    cannot be written is skipped, each with a note saying so."""
     runs = [Results.load(d) for d in dirs]
     plots: list[Path] = []
+    notes: list[str] = []
+    rows = [readable(d, summary_row, r) for d, r in zip(dirs, runs)]
     for directory, results in zip(dirs, runs):
-        plots += plot_run(results, Path(directory))
+        if not writable(Path(directory)):
+            notes.append(f"{directory} is read-only: its figures are left as they are")
+            continue
+        plots += readable(directory, plot_run, results, Path(directory))
     if len(runs) > 1:
         labels = [f"{_title(r)} ({Path(d).name})" for d, r in zip(dirs, runs)]
         common = Path(os.path.commonpath([os.path.abspath(d) for d in dirs]))
         target = figure_target(overlay, "report") if overlay else common / "report.png"
-        plots.append(plot_runs(runs, labels, target))
-    return [summary_row(r) for r in runs], plots
+        if writable(target.parent):
+            plots.append(readable("the runs", plot_runs, runs, labels, target))
+        else:
+            notes.append(
+                f"{target.parent} is read-only: no overlay figure (give --out a writable place)"
+            )
+    return rows, plots, notes
+
+
+def readable(where: Any, function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)`` on the results of ``where``; a damaged or foreign results.json
+    (keys missing, values of the wrong type) becomes one clear error naming it."""
+    try:
+        return function(*args)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+        raise FedkitError(
+            f"the results of {where} cannot be read: damaged, or not written by fedkit "
+            f"({type(err).__name__}: {str(err)[:200]})"
+        ) from None

@@ -129,7 +129,11 @@ def build_results(
     priors: Mapping[str, torch.Tensor] | None = None,
     privacy: Mapping[str, Any] | None = None,
     normalisation: Mapping[str, Any] | None = None,
+    config_edits: Sequence[Mapping[str, Any]] = (),
 ) -> Results:
+    """The results of a run: its config (with accepted edits, ``config_edits``: from which
+    round on each edited config was used), task, per-round records, events and the final
+    and best rounds' scores."""
     main = task["main_metric"]
     setup_bytes = dict(setup_bytes or {})
     final: dict[str, Any] = {
@@ -150,10 +154,12 @@ def build_results(
     marker = {"reference": {"kind": reference, "about": REFERENCES[reference]}} if reference else {}
     if privacy is not None:  # differential privacy: the mechanism and the epsilon spent
         final["privacy"] = dict(privacy)
+    edits = {"config_edits": [dict(e) for e in config_edits]} if config_edits else {}
     return Results(
         status=status,
         **marker,
         config=dict(config),
+        **edits,
         plugins=dict(plugins),
         task=dict(task),
         device=device,

@@ -8,12 +8,15 @@ writes it so that two processes never write one run.
 from __future__ import annotations
 
 import errno
+import glob
 import hashlib
 import json
 import os
+import re
 import socket
+import stat
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -38,9 +41,55 @@ def _umask() -> int:
 FILE_MODE = 0o666 & ~_umask()
 
 
-def _atomic(path: Path, write: Callable[[IO[bytes]], None], mode: int = FILE_MODE) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def file_mode(folder: Path) -> int:
+    """Permission bits of a file fedkit writes in ``folder``: what ``open()`` gives
+    (:data:`FILE_MODE`, 0666 less the umask), less what the folder denies its group and
+    others, so that a private folder (0700) holds private files (0600). The owner may
+    always read and write."""
+    try:
+        allowed = stat.S_IMODE(folder.stat().st_mode) | 0o600
+    except OSError:
+        return FILE_MODE
+    return FILE_MODE & allowed & 0o666
+
+
+def make_folder(folder: Path) -> None:
+    """Make ``folder`` and its missing parents, each as open to others as the folder it is
+    made in (the umask applied): a private run's subfolders are private."""
+    folder = Path(folder)
+    if folder.is_dir():
+        return
+    make_folder(folder.parent)
+    try:
+        folder.mkdir(mode=stat.S_IMODE(folder.parent.stat().st_mode) & 0o777)  # no sticky bit
+    except FileExistsError:
+        if not folder.is_dir():
+            raise
+
+
+#: this host's mark in the names of temporary files (beside the writer's process id)
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def _remove_dead_writers(path: Path) -> None:
+    """Delete the temporary files of writers of ``path`` that were killed mid-write (an
+    interrupted ``fedkit report``, say): ``.NAME.HOST-PID-XXXX.tmp`` of this host whose
+    process is gone. A live writer's file, or another host's, is left alone."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.{_HOST}-(\d+)-[^/]*\.tmp")
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.{_HOST}-*.tmp"):
+        found = pattern.fullmatch(tmp.name)
+        if found and not _alive(int(found.group(1))):
+            tmp.unlink(missing_ok=True)
+
+
+def _atomic(path: Path, write: Callable[[IO[bytes]], None], mode: int | None = None) -> None:
+    """Write ``path`` through a temporary file renamed over it; ``mode``: its permission
+    bits (default: :func:`file_mode` of its folder)."""
+    make_folder(path.parent)
+    mode = file_mode(path.parent) if mode is None else mode
+    _remove_dead_writers(path)
+    prefix = f".{path.name}.{_HOST}-{os.getpid()}-"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
@@ -48,6 +97,11 @@ def _atomic(path: Path, write: Callable[[IO[bytes]], None], mode: int = FILE_MOD
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        if err.filename is None:  # a write's error names no file: name the one written
+            raise OSError(err.errno, err.strerror, str(path)) from err
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -115,13 +169,14 @@ def _dumps(value: Any, level: int) -> bytes:
     return text.replace("\n", "\n" + "  " * level).encode("ascii")
 
 
-def write_torch(path: Path, obj: Any, mode: int = FILE_MODE) -> None:
-    """Save ``obj`` atomically; ``mode``: the file's permission bits (default as open())."""
+def write_torch(path: Path, obj: Any, mode: int | None = None) -> None:
+    """Save ``obj`` atomically; ``mode``: the file's permission bits (default: as
+    :func:`file_mode` of its folder)."""
     import torch
 
-    try:
-        _atomic(Path(path), lambda fh: torch.save(obj, fh), mode)
-    except RuntimeError as err:  # torch's writer reports a full disk as a RuntimeError
+    try:  # unbuffered: a full disk raises its OSError inside torch.save, which passes it on
+        _atomic(Path(path), lambda fh: torch.save(obj, fh.raw), mode)
+    except RuntimeError as err:  # torch's own failures of the writer
         raise OSError(
             errno.EIO, f"could not write ({str(err)[:200]}); is the disk full?", str(path)
         ) from err
@@ -134,10 +189,20 @@ def _jsonable(value: Any) -> Any:
 
 
 #: keys every results.json fedkit writes holds
-RESULTS_KEYS = ("status", "config", "task", "rounds")
+RESULTS_KEYS = ("status", "config", "task", "rounds", "final")
+#: the type of each top-level value of a results.json
+RESULTS_TYPES = {
+    "status": str,
+    "config": dict,
+    "task": dict,
+    "rounds": list,
+    "final": dict,
+    "events": list,
+}
 
-#: config keys that label a run without changing its results: left out of the config hash
-HASH_IGNORES = ("name",)
+#: config keys that label a run or set who may read it without changing its results: left
+#: out of the config hash
+HASH_IGNORES = ("name", "private")
 
 
 def config_hash(nested: Mapping[str, Any]) -> str:
@@ -213,6 +278,8 @@ class RunDir:
                 f"--out {self.path} is a folder that is not a fedkit run and holds {shown}; "
                 "nothing in it is overwritten: choose a new or empty folder"
             )
+        if nested.get("private"):  # before anything is written in it: see file_mode
+            self.path.chmod(0o700)
 
     def discard_config(self) -> None:
         """Forget the config of a run that failed before its first results (bad data, a
@@ -250,30 +317,79 @@ class RunDir:
             f"reused nor overwritten: choose another --out, or delete {self.path} to run it again"
         )
 
-    def check_edits(self, accept: bool) -> None:
+    def recorded_hash(self) -> str | None:
+        """The hash in ``config.sha256``; None when it is missing or unreadable."""
+        try:
+            text = self.config_sha256.read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return text if re.fullmatch(r"[0-9a-f]{64}", text) else None
+
+    def recorded_config(self) -> dict[str, Any] | None:
+        """The config results.json records (None: no readable results.json)."""
+        try:
+            config = self.load_results().get("config")
+        except FedkitError:
+            return None
+        return config if isinstance(config, dict) else None
+
+    def check_edits(self, accept: bool, committed: Mapping[str, Any] | None = None) -> None:
         """Refuse a ``config.yaml`` edited since the run started, naming the changed keys,
         unless ``accept`` or the only edit is more ``rounds`` (a run extended); an accepted
-        edit is recorded in ``config-edits.log`` and the new config is taken."""
+        edit is recorded in ``config-edits.log`` with its values before and after, and the
+        new config is taken.
+
+        What the run ran under comes from ``committed`` (the config of the last
+        checkpointed round), else results.json; ``config.sha256`` tells an edit too. With
+        none of them readable an edit cannot be told apart, so resuming needs ``accept``."""
         nested = self.load_config()
-        if not self.config_sha256.is_file() or self.config_hash() == config_hash(nested):
+        recorded = self.recorded_hash()
+        before = dict(committed) if committed is not None else self.recorded_config()
+        if recorded is None and before is None:
+            if not accept:
+                raise FedkitError(
+                    f"the record of the config {self.path} was started with is missing or "
+                    f"unreadable ({self.config_sha256.name}, {self.results.name} and the "
+                    "checkpoint's), so an edit of config.yaml cannot be told apart: resume "
+                    "with --accept-edits if config.yaml is the config to continue with "
+                    "(recorded in config-edits.log)"
+                )
+            self._log_edit(
+                "resumed without a record of the config it started with (config.sha256, "
+                "results.json and the checkpoint's missing or unreadable); continued with "
+                f"config.yaml as it is (sha256 {config_hash(nested)})"
+            )
             return
-        before = self.load_results().get("config") if self.results.is_file() else None
-        old, new = _flat(before if isinstance(before, dict) else {}), _flat(nested)
+        new_hash = config_hash(nested)
+        edited = (recorded is not None and recorded != new_hash) or (
+            before is not None and config_hash(before) != new_hash
+        )
+        if not edited:
+            return
+        old, new = _flat(before or {}), _flat(nested)
         changed = sorted(k for k in old.keys() | new.keys() if old.get(k, "-") != new.get(k, "-"))
-        changes = "; ".join(config_diff(old, new)) or "config.yaml differs from config.sha256"
+        if before is None:
+            changes = (
+                f"config.yaml differs from {self.config_sha256.name}; the values before are "
+                "not recorded (results.json and the checkpoint's record are missing)"
+            )
+        else:
+            changes = "; ".join(config_diff(old, new)) or "config.yaml differs from config.sha256"
         rounds = [old.get("rounds"), new.get("rounds")]
         extended = changed == ["rounds"] and all(isinstance(r, int) for r in rounds)
-        if not (accept or before is None or (extended and rounds[1] > rounds[0])):
+        if not (accept or (extended and rounds[1] > rounds[0])):
             raise FedkitError(
                 f"{self.config} was edited after the run started ({changes}); the rounds so "
                 "far ran with the old values, so it is not resumed: undo the edit, start a new "
                 "run with the new config, or resume with --accept-edits to continue with it "
-                "(recorded in config-edits.log)"
+                "(recorded in config-edits.log and results.json)"
             )
-        line = f"{datetime.now():%Y-%m-%d %H:%M:%S} resumed with an edited config: {changes}\n"
+        self._log_edit(f"resumed with an edited config: {changes}")
+        write_text(self.config_sha256, new_hash + "\n")
+
+    def _log_edit(self, text: str) -> None:
         log = self.edits_log.read_text() if self.edits_log.is_file() else ""
-        write_text(self.edits_log, log + line)
-        write_text(self.config_sha256, config_hash(nested) + "\n")
+        write_text(self.edits_log, log + f"{datetime.now():%Y-%m-%d %H:%M:%S} {text}\n")
 
     @contextmanager
     def lock(self) -> Iterator[None]:
@@ -360,17 +476,140 @@ class RunDir:
             results = _mapping(json.loads(self.results.read_text()), self.results)
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise FedkitError(f"{self.results} is corrupt: {err}") from None
+        except RecursionError:
+            raise FedkitError(f"{self.results} is corrupt: it nests too deep") from None
         missing = [key for key in RESULTS_KEYS if key not in results]
         if missing:
             raise FedkitError(
                 f"{self.results} is not a fedkit results file (no {', '.join(missing)})"
             )
+        wrong = [
+            f"{key} is a {type(results[key]).__name__}, not a {kind.__name__}"
+            for key, kind in RESULTS_TYPES.items()
+            if key in results and not isinstance(results[key], kind)
+        ]
+        if wrong or not all(isinstance(r, dict) for r in results["rounds"]):
+            wrong = wrong or ["rounds holds something other than round records"]
+            raise FedkitError(f"{self.results} is damaged or not fedkit's ({'; '.join(wrong)})")
         return results
 
 
 def _ours(path: Path) -> bool:
     """A file a run may hold before its config: its lock, or a temporary file."""
     return path.name == "run.lock" or (path.name.startswith(".") and path.name.endswith(".tmp"))
+
+
+class OwnedOutputs:
+    """The files a command writes into a folder the user names (``fedkit compare -o``),
+    listed with their SHA-256 in a manifest there, so that the next run of the command
+    removes exactly those (stale summaries never outlive it) and nothing of the user's.
+
+    A folder holding anything else is refused, as ``run -o`` refuses a folder that is not a
+    run: a file the manifest does not list (or one changed since it was written), or a
+    subfolder that is neither one of ``folders`` (the command's own, e.g. its run folders)
+    nor listed in the manifest nor made only of fedkit run folders."""
+
+    def __init__(self, folder: str | Path, manifest: str):
+        self.folder = Path(folder)
+        self.manifest = self.folder / manifest
+
+    def _listed(self) -> dict[str, Any]:
+        try:
+            listed = json.loads(self.manifest.read_text())
+        except FileNotFoundError:
+            return {"files": {}, "folders": []}
+        except (OSError, ValueError) as err:
+            raise FedkitError(
+                f"{self.manifest} is unreadable ({type(err).__name__}); it lists the files "
+                f"fedkit wrote in {self.folder}: delete it, and those files, to write there"
+            ) from None
+        if not (
+            isinstance(listed, dict)
+            and isinstance(listed.get("files"), dict)
+            and isinstance(listed.get("folders"), list)
+        ):
+            raise FedkitError(f"{self.manifest} is not a list of fedkit's outputs: delete it")
+        return listed
+
+    def claim(self, folders: Iterable[str]) -> None:
+        """Refuse a folder holding what is not fedkit's (see the class), then remove the
+        files an earlier run of the command wrote there."""
+        if self.folder.exists() and not self.folder.is_dir():
+            raise FedkitError(f"--out {self.folder} is a file; give a folder")
+        if not self.folder.is_dir():
+            return
+        listed = self._listed()
+        known = set(folders) | {str(f) for f in listed["folders"]}
+        foreign, changed = [], []
+        for entry in sorted(self.folder.iterdir(), key=lambda p: p.name):
+            name = entry.name
+            if entry == self.manifest or _ours(entry):
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                if name not in known and not _only_runs(entry):
+                    foreign.append(name + "/")
+            elif name not in listed["files"]:
+                foreign.append(name)
+            elif not entry.is_file() or _digest(entry) != listed["files"][name]:
+                changed.append(name)
+        if foreign or changed:
+            said = []
+            if foreign:
+                said.append(f"holds {_some(foreign)}, which fedkit did not write")
+            if changed:
+                said.append(f"{_some(changed)} changed since fedkit wrote them")
+            raise FedkitError(
+                f"--out {self.folder}: {' and '.join(said)}; nothing in it is removed or "
+                "overwritten: choose a new or empty folder, or move those files out"
+            )
+        for name in listed["files"]:
+            (self.folder / name).unlink(missing_ok=True)
+        for tmp in self.folder.glob(".*.tmp"):  # a killed writer's; none of them is running
+            tmp.unlink(missing_ok=True)
+        self.manifest.unlink(missing_ok=True)
+
+    def record(self, folders: Iterable[str]) -> None:
+        """List the files now in the folder (all written since :meth:`claim`) and
+        ``folders`` in the manifest."""
+        files = {
+            p.name: _digest(p)
+            for p in sorted(self.folder.iterdir())
+            if p.is_file() and p != self.manifest and not _ours(p)
+        }
+        write_json(self.manifest, {"files": files, "folders": sorted(set(folders))})
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _some(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+
+
+def _only_runs(folder: Path) -> bool:
+    """Whether ``folder`` holds fedkit run folders and nothing else (a comparison's)."""
+    entries = list(folder.iterdir())
+    return bool(entries) and all(p.is_dir() and RunDir(p).is_run() for p in entries)
+
+
+def writable(folder: Path) -> bool:
+    """Whether files can be written in ``folder`` (or, where it does not exist yet, in the
+    nearest folder above it): not on a read-only file system nor a folder the user may
+    only read."""
+    folder = Path(folder).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return os.access(folder, os.W_OK | os.X_OK)
+
+
+def folder_name(text: str) -> str:
+    """``text`` as the name of one folder inside another: characters other than letters,
+    digits and ``_.+-`` become ``_`` (no path separators), and a name of dots alone (``.``,
+    ``..``: the folder itself or its parent) has its dots replaced too, so that a run name or
+    a runspec's label never leads out of the folder it is made in."""
+    name = re.sub(r"[^A-Za-z0-9_.+-]+", "_", text)
+    return name if name.strip(".") else name.replace(".", "_") or "_"
 
 
 def default_out(config: Mapping[str, Any], create: bool = True) -> Path:
@@ -380,7 +619,7 @@ def default_out(config: Mapping[str, Any], create: bool = True) -> Path:
     same second never share one; without (a folder on another machine), it is only named.
     """
     label = config["name"] or method_label(config) + "-" + config["task.name"]
-    base = Path("runs") / f"{label}-{datetime.now():%Y%m%d-%H%M%S}"
+    base = Path("runs") / folder_name(f"{label}-{datetime.now():%Y%m%d-%H%M%S}")
     path, n = base, 1
     while True:
         if create:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -102,6 +103,43 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         return list(pool.map(fn, items))
 
 
+#: environment variable raising the most pixels an image may have (PIL's guard against
+#: decompression bombs: a small file that decodes to gigabytes)
+MAX_PIXELS_ENV = "FEDKIT_MAX_IMAGE_PIXELS"
+
+
+@contextmanager
+def open_image(path: Path) -> Iterator[Any]:
+    """``PIL.Image.open(path)``, with a clear error for an image over the pixel limit
+    (PIL's, or :data:`MAX_PIXELS_ENV` when set) and for one PIL cannot read."""
+    from PIL import Image
+
+    limit = _pixel_limit()
+    Image.MAX_IMAGE_PIXELS = limit // 2  # PIL refuses above twice this, warns above it
+    try:
+        with Image.open(path) as im:
+            yield im
+    except Image.DecompressionBombError as err:
+        raise FedkitError(
+            f"cannot read {path}: {err} (more than {limit:,} pixels, the limit that guards "
+            f"against decompression bombs); if the image is genuine, raise the limit with "
+            f"the environment variable {MAX_PIXELS_ENV}=<pixels>"
+        ) from None
+    except (OSError, ValueError) as err:  # not an image, truncated, unsupported mode
+        raise FedkitError(f"cannot read {path} as an image: {err}") from None
+
+
+def _pixel_limit() -> int:
+    """The most pixels an image may have: :data:`MAX_PIXELS_ENV`, else PIL's default
+    (twice its ``MAX_IMAGE_PIXELS`` of 89,478,485: it only warns below that)."""
+    text = os.environ.get(MAX_PIXELS_ENV, "").replace("_", "").replace(",", "")
+    if not text:
+        return 2 * 89_478_485
+    if not text.isdigit() or int(text) < 1:
+        raise FedkitError(f"{MAX_PIXELS_ENV} must be a whole number of pixels, got {text!r}")
+    return int(text)
+
+
 def read_image(path: Path, channels: int, size: int | None, fit: str = "stretch") -> np.ndarray:
     """An image as a (C, H, W) uint8 array with ``channels`` (1 grey, 3 RGB).
 
@@ -111,36 +149,28 @@ def read_image(path: Path, channels: int, size: int | None, fit: str = "stretch"
     from PIL import Image
 
     mode = "L" if channels == 1 else "RGB"
-    try:
-        with Image.open(path) as im:
-            if size:
-                im.draft(mode, (size, size))  # JPEG: decode at the smallest scale >= size
-            im = _to_8bit(im).convert(mode)
-            if size:
-                im = _fit(im, size, fit, Image.Resampling.BILINEAR)
-            array = np.asarray(im, dtype=np.uint8)
-    except (OSError, ValueError) as err:  # not an image, truncated, unsupported mode
-        raise FedkitError(f"cannot read {path} as an image: {err}") from None
+    with open_image(path) as im:
+        if size:
+            im.draft(mode, (size, size))  # JPEG: decode at the smallest scale >= size
+        im = _to_8bit(im, path).convert(mode)
+        if size:
+            im = _fit(im, size, fit, Image.Resampling.BILINEAR)
+        array = np.asarray(im, dtype=np.uint8)
     return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
 
 
 def image_mode(path: Path) -> str:
     """The PIL mode of an image file (``L``, ``RGB``, ``I;16``, ...), from its header only."""
-    from PIL import Image
-
-    try:
-        with Image.open(path) as im:
-            return im.mode
-    except (OSError, ValueError) as err:
-        raise FedkitError(f"cannot read {path} as an image: {err}") from None
+    with open_image(path) as im:
+        return im.mode
 
 
 def read_mask(path: Path, size: int | None) -> np.ndarray:
     """A label image as an (H, W) uint8 array of its grey values, resized by nearest neighbour."""
     from PIL import Image
 
-    with Image.open(path) as im:
-        im = _to_8bit(im)
+    with open_image(path) as im:
+        im = _to_8bit(im, path)
         if im.mode != "L":  # a palette mask too: its colours' grey values, not its indices
             im = im.convert("L")
         if size:
@@ -148,12 +178,18 @@ def read_mask(path: Path, size: int | None) -> np.ndarray:
         return np.asarray(im, dtype=np.uint8)
 
 
-def _to_8bit(im):
-    """16-bit and float images scaled to 8 bits (PIL's convert("L") would clip them)."""
+def _to_8bit(im, path: Path):
+    """16-bit and float images scaled to 8 bits (PIL's convert("L") would clip them); a
+    float image holding NaN or inf is refused, as a data set of such arrays is."""
     from PIL import Image
 
     if im.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
         array = np.asarray(im, dtype=np.float64)
+        if not np.isfinite(array).all():
+            raise FedkitError(
+                f"{path} holds pixel values that are not finite (NaN or inf); fedkit scales a "
+                "float image's range to 8 bits, which needs finite values: fix or remove it"
+            )
         low, high = float(array.min()), float(array.max())
         scaled = (array - low) / (high - low) * 255.0 if high > low else np.zeros_like(array)
         return Image.fromarray(scaled.round().astype(np.uint8))

@@ -161,3 +161,41 @@ def test_a_zoo_task_on_several_hospitals_warns_that_it_reads_one(tmp_path, load)
     with pytest.warns(DataWarning, match=r"read only hospital-a and ignored .*--task folder"):
         data = load("pneumonia-cxr", tmp_path, image_size=8)
     assert len(data.sites["all"]["train"]) == 4
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG of ``width`` x ``height`` grey pixels that is only its header: a few bytes
+    that would decode to gigabytes (a decompression bomb)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b"")
+
+
+def test_a_decompression_bomb_is_an_input_error_with_the_limit_and_how_to_raise_it(
+    tmp_path, load, monkeypatch
+):
+    for name in ("a", "b"):
+        fakes.save_image(np.full((8, 8), 40, np.uint8), tmp_path / "d" / name / "1.png")
+    (tmp_path / "d" / "a" / "bomb.png").write_bytes(_png_header(30000, 30000))
+    with pytest.raises(FedkitError, match=r"bomb.png: .*more than 178,956,970 pixels.*") as err:
+        load("folder", tmp_path / "d")
+    assert "FEDKIT_MAX_IMAGE_PIXELS=<pixels>" in str(err.value)
+    monkeypatch.setenv("FEDKIT_MAX_IMAGE_PIXELS", "100")
+    with pytest.raises(FedkitError, match=r"\.png: .*more than 100 pixels"):
+        load("folder", tmp_path / "d")  # the limit is the one set
+
+
+def test_a_float_image_of_nan_is_refused_as_a_data_set_of_nan_is(tmp_path, load):
+    from PIL import Image
+
+    for name in ("a", "b"):
+        fakes.save_image(np.full((8, 8), 40, np.uint8), tmp_path / "d" / name / "1.png")
+    Image.fromarray(np.full((8, 8), np.nan, np.float32)).save(tmp_path / "d" / "a" / "nan.tif")
+    with pytest.raises(FedkitError, match=r"nan.tif holds pixel values that are not finite"):
+        load("folder", tmp_path / "d")

@@ -38,7 +38,14 @@ OPTIONS = (
         "(ClientApps run one at a time in this process; no Ray needed)",
         choices=("ray", "thread"),
     ),
-    Option("client_cpus", float, 1.0, "CPUs reserved per ClientApp (ray backend)", min=0),
+    Option(
+        "client_cpus",
+        float,
+        None,
+        "CPUs reserved per ClientApp, and its torch threads (ray backend; default: this "
+        "process's torch threads, at most its cores, so results are the local engine's)",
+        min=0,
+    ),
     Option("client_gpus", float, 0.0, "GPUs reserved per ClientApp (ray backend)", min=0),
     Option(
         "nodes",

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,22 +65,45 @@ def flower_command(name: str) -> str:
     return found
 
 
-def superlink_command(address: str, tls: Tls, node_auth: bool | None = None) -> list[str]:
-    """``flower-superlink`` serving the Fleet, Control and ServerApp APIs on ``address``.
+def superlink_command(
+    address: str,
+    tls: Tls,
+    node_auth: bool | None = None,
+    control_address: str | None = None,
+    node_keys: Sequence[Path] = (),
+) -> list[str]:
+    """Flower's SuperLink, run by :mod:`.link`: the Fleet API (SuperNodes) on ``address``,
+    the Control and Runtime APIs (run submission, node registration, the ServerApp) on
+    ``control_address`` only (default: ``127.0.0.1``, the next port).
 
     Runtime dependency installation stays off: the ServerApp must import the fedkit and
     plugins installed beside Flower, not a fresh environment. ``node_auth`` (default: on
-    with TLS; Flower allows it only with TLS): only SuperNodes whose public keys were
-    registered (``flwr supernode register``) may join.
+    with TLS; Flower allows it only with TLS): only SuperNodes whose public keys are
+    registered may join; ``node_keys``: files of the keys, fixed at start (no other node
+    can then be registered or a node unregistered while the SuperLink runs).
     """
     tls.check(server=True)
     if node_auth is None:
         node_auth = not tls.insecure
     if node_auth and tls.insecure:
         raise FedkitError("SuperNode authentication needs TLS: drop --insecure or --node-auth")
+    if node_keys and not node_auth:
+        raise FedkitError(
+            "--node-keys needs SuperNode authentication (TLS, without --no-node-auth)"
+        )
+    for path in node_keys:
+        if not Path(path).is_file():
+            raise FedkitError(f"node key file not found: {path}")
     host, port = split_address(address)
-    command = [flower_command("flower-superlink"), "--host", host, "--port", str(port)]
-    command += ["--disable-runtime-dependency-installation"]
+    if control_address is None:
+        control_address = f"127.0.0.1:{port + 1}"
+    if split_address(control_address)[1] == port:
+        raise FedkitError("--control-address needs a port other than --address's")
+    command = [sys.executable, "-m", "fedkit_core.engines.flower.link", "--fleet", address]
+    command += ["--control", control_address]
+    for path in node_keys:
+        command += ["--node-keys", str(Path(path).resolve())]
+    command += ["--", "--disable-runtime-dependency-installation"]
     if tls.insecure:
         return [*command, "--insecure"]
     if node_auth:

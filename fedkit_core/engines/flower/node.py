@@ -62,7 +62,7 @@ from fedkit_core.engines.flower.records import (
     to_records,
 )
 from fedkit_core.engines.snapshot import from_bytes, restore_client, to_bytes
-from fedkit_core.errors import FedkitError, failure_text
+from fedkit_core.errors import FedkitError, failure_text, no_space
 from fedkit_core.federation import Federation, prepare
 from fedkit_core.messages import Arrays, Message
 from fedkit_core.privacy.secure import client_mod
@@ -261,6 +261,7 @@ class ClientSide:
             with self.lock:
                 reply = self.handle(kind, from_records(unpack(content), kind), context)
         except (Exception, SystemExit) as err:  # reported; the server decides if the run goes on
+            err = no_space(err)
             reply = Message(kind, error=failure_text(err), exception=err)
             self.clients.pop((context.run_id, context.node_id), None)  # rebuilt from the context
         records = to_records(reply)

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fedkit_core.errors import FedkitError
+from fedkit_core.errors import FedkitError, NoSpace
 from fedkit_core.messages import Arrays, Message
 
 #: fedkit kind -> Flower message type; ``describe`` is the engine's own handshake
@@ -48,7 +48,8 @@ def to_records(message: Message) -> RecordDict:
     if message.error is not None:
         others[ERROR] = message.error
         user_error = isinstance(message.exception, FedkitError)
-        others[ERROR_TYPE] = "FedkitError" if user_error else type(message.exception).__name__
+        kind = "NoSpace" if isinstance(message.exception, NoSpace) else "FedkitError"
+        others[ERROR_TYPE] = kind if user_error else type(message.exception).__name__
     return RecordDict(
         {"arrays": arrays, "metrics": MetricRecord(numbers), "config": ConfigRecord(others)}
     )
@@ -67,8 +68,8 @@ def from_records(content: RecordDict, kind: str) -> Message:
     error_type = scalars.pop(ERROR_TYPE, "")
     if error is not None:
         exception: Exception | None = None
-        if error_type == "FedkitError":
-            exception = FedkitError(error)
+        if error_type in ("FedkitError", "NoSpace"):
+            exception = (NoSpace if error_type == "NoSpace" else FedkitError)(error)
         elif error_type not in ("", "NoneType"):  # the client raised: a bug, not user input
             exception = RuntimeError(str(error))
         return Message(kind, error=str(error), exception=exception)

@@ -1,0 +1,95 @@
+"""Plugins that misbehave are named (issue 34): a metric that shadows a built-in one or is not
+finite is left out with a warning naming its plugin, one of the wrong type is an error naming
+it, and an aggregate that is not finite is blamed on its aggregator, not on the clients. A
+full disk is the machine's error, not a plugin's."""
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedkit_core import FedkitError, hookimpl, resume, run
+from fedkit_core.aggregation import weighted_average
+from fedkit_core.cli import main
+from fedkit_core.testing import tiny
+
+
+class Scores:
+    """Metrics of every kind: one named like a built-in (NaN), one NaN, one fine."""
+
+    def __init__(self, own=float("nan")):
+        self.own = own
+
+    @hookimpl
+    def fedkit_metrics(self, server, arrays):
+        return {"bacc": float("nan"), "scores.broken": self.own, "scores.fine": 0.5}
+
+
+def test_plugin_metrics_never_replace_built_ins_and_non_finite_ones_are_missing(tmp_path, caplog):
+    out = tmp_path / "run"
+    with caplog.at_level(logging.WARNING, logger="fedkit"):
+        results = run(tiny(rounds=2), plugins={"scores": Scores()}, out=out)
+    plain = run(tiny(rounds=2))
+    assert results.final["global"]["bacc"] == plain.final["global"]["bacc"]
+    assert results.final["global"]["scores.fine"] == 0.5
+    assert "scores.broken" not in results.final["global"]
+    assert all("scores.broken" not in c for c in results.final["clients"].values())
+    said = [r.getMessage() for r in caplog.records]
+    assert (
+        sum("plugin 'scores' gives a metric 'bacc', the name of a built-in" in m for m in said) == 1
+    )
+    assert sum("plugin 'scores' gave nan for its metric 'scores.broken'" in m for m in said) == 1
+    assert main(["report", str(out)]) == 0  # and it plots
+
+
+def test_a_plugin_metric_of_the_wrong_type_names_its_plugin():
+    with pytest.raises(FedkitError, match=r"plugin 'scores': its metric 'scores.broken' is 'high'"):
+        run(tiny(rounds=1), plugins={"scores": Scores(own="high")})
+
+
+class NanWeights:
+    """An aggregator whose weights come out NaN (0 / 0)."""
+
+    @hookimpl
+    def fedkit_aggregate(self, server, updates):
+        return weighted_average([u.arrays for u in updates], [float("nan")] * len(updates))
+
+
+def test_an_aggregate_that_is_not_finite_names_the_aggregating_plugin():
+    with pytest.raises(FedkitError, match=r"aggregate of round 1 made by plugin 'nanagg'") as err:
+        run(tiny(rounds=2), plugins={"nanagg": NanWeights()})
+    assert "learning rate" not in str(err.value)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_full_disk_is_the_machines_error_with_the_way_to_go_on(tmp_path, monkeypatch, capsys):
+    """From round 2 on, every file a client checkpoints is written to /dev/full (a real
+    ENOSPC from the kernel): exit 2 with the hint to resume, the rounds before intact."""
+    import tempfile
+
+    real = tempfile.mkstemp
+    full = {"on": True}
+
+    def mkstemp(*args, dir=None, **kwargs):
+        fd, name = real(*args, dir=dir, **kwargs)
+        committed = Path(dir).parents[1] / "latest.json"  # dir: checkpoint/clients/<id>
+        if full["on"] and "clients" in str(dir) and committed.exists():
+            os.close(fd)
+            fd = os.open("/dev/full", os.O_WRONLY)
+        return fd, name
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(tiny(rounds=3, checkpoint=True)))
+    out = tmp_path / "run"
+    capsys.readouterr()
+    assert main(["run", "-c", str(config), "-o", str(out), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "no space left on the device writing" in err and "(No space left on device)" in err
+    assert f"free space and run `fedkit resume {out}`" in err and "bug" not in err
+    assert json.loads((out / "checkpoint" / "latest.json").read_text())["round"] == 1
+    full["on"] = False
+    assert resume(out).final["global"] == run(tiny(rounds=3)).final["global"]
