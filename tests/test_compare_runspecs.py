@@ -51,7 +51,7 @@ def test_the_batch_norm_policy_of_each_runspec_is_stated():
     bn = {"fedavg": "average", "fedbn": "local"}
     rows = compare.Comparison(table, "bacc", [0, 1], bn=bn).rows()
     assert rows[-1] == {"metric": "batch norm", "fedavg": "average", "fedbn": "local"}
-    note = compare.notes(table, "bacc", [0, 1], {"fedavg": "global", "fedbn": "global"}, bn)[-1]
+    note = compare.notes(table, "bacc", [0, 1], {"fedavg": "global", "fedbn": "global"}, bn=bn)[-1]
     assert note.startswith("Batch norm: fedavg: averaged with the model")
     assert "fedbn: kept on each client" in note
     assert compare.bn_policy({"final": {}}) == "unknown"  # results written before it existed
