@@ -126,6 +126,20 @@ def compare(
     ),
     quiet: bool = QuietOpt,
     logger: list[str] = LoggerOpt,
+    sites: Path | None = typer.Option(
+        None,
+        "--sites",
+        help="site profiles (YAML, e.g. examples/sites/rural.yaml) for every run: simulated "
+        "time per round (same as --set sites=PATH)",
+    ),
+    target: str | None = typer.Option(
+        None,
+        "--target",
+        help="also the time each run takes to reach a score, e.g. final.global.bacc=0.80 "
+        "(test split; val.global.bacc=... for validation): per runspec, seeds reaching it, "
+        "mean time and paired intervals, and the score against time (compare-time.png); "
+        "a test-split target scores the test split every round (eval_test=every)",
+    ),
 ) -> None:
     """Run several methods on the same task, partition and seeds; tabulate mean ± std and,
     with >= 2 seeds, each one's paired difference to the first (95% CI, wins/ties/losses)."""
@@ -147,6 +161,13 @@ def compare(
         config, [], task, [], rounds=rounds, clients=clients, engine=engine, device=device
     )
     sets = parse_sets(set_)
+    if sites is not None:
+        base.append({"sites": str(sites)})
+    if target is not None:
+        from fedkit_core.results.timing import parse_target
+
+        if parse_target(target).tests:  # every round's test score, for the first to reach it
+            base.insert(1, {"eval_test": "every"})  # above the --config file, below --set
     for spec in runspecs:  # fail fast on a bad runspec or key, before hours of training
         resolve_config(cmp.runspec_layers(spec, base, sets))
     total = len(runspecs) * len(seed_list)
@@ -170,12 +191,18 @@ def compare(
         run_one=run_one,
         jobs=jobs,
         on_done=on_done,
+        target=target,
     )
     if not quiet:
         seeds_text = ", ".join(map(str, found.seeds))
         console.print(rows_table(found.rows(), f"mean ± std over seeds {seeds_text}, last round"))
         if found.diff:
             console.print(rows_table(found.diff_rows(), cmp.diff_note(runspecs[0], found.seeds)))
+    if found.target is not None:
+        from fedkit_core.results.timing import target_note, target_rows
+
+        console.print(rows_table(target_rows(found.target), target_note(found.target)))
+        console.print(f"score against time: [bold]{out / 'compare-time.png'}[/]")
     console.print(
         f"comparison of {len(found.table)} runspecs in [bold]{out}[/] "
         "(compare.json, compare.md and compare.tex to paste, compare.png/.pdf/.svg)"

@@ -133,7 +133,35 @@ def print_run(console: Console, results: Mapping[str, Any]) -> None:
             f"[yellow]round {event['round']}: client {event['client']} failed in "
             f"{event['phase']}: {event['error']}"
         )
+    _print_time(console, results)
     console.print(f"status {results['status']}; wall time {final['wall_seconds']:.1f} s")
+
+
+def _print_time(console: Console, results: Mapping[str, Any]) -> None:
+    """Simulated time (site profiles, aggregation modes) and the outages that delayed work."""
+    simulated = results["final"].get("simulated_seconds")
+    if simulated is None:
+        return
+    outages = [(r["round"], o) for r in results["rounds"] for o in r.get("outages", [])]
+    for rnd, o in outages[:10]:
+        console.print(
+            f"[yellow]round {rnd}: site {o['client']} was down from {clock_text(o['from'])} "
+            f"to {clock_text(o['to'])}; its work waited"
+        )
+    if len(outages) > 10:
+        console.print(f"[yellow]... and {len(outages) - 10} more outages (rounds' `outages`)")
+    mode = results["config"].get("aggregation", "sync")
+    console.print(f"simulated time {clock_text(simulated)} (aggregation {mode})")
+
+
+def clock_text(seconds: float) -> str:
+    """``4521.3`` -> ``1 h 15 min 21 s`` (simulated time for people)."""
+    whole = int(round(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{hours} h"] if hours else []
+    parts += [f"{minutes} min"] if minutes or hours else []
+    return " ".join(parts + [f"{secs} s"]) if whole else f"{seconds:.2f} s"
 
 
 def _megabytes(n: float) -> str:

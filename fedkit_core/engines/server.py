@@ -19,7 +19,9 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
+from fedkit_core.engines.asynchronous import ASYNCHRONOUS, AsynchronousRounds
 from fedkit_core.engines.client import CLASS_COUNTS, EVALUATION, PAYLOAD, build_model
+from fedkit_core.engines.clock import clock_for
 from fedkit_core.engines.context import ServerContext, derive_seed
 from fedkit_core.errors import ClientFailure, FedkitError
 from fedkit_core.messages import (
@@ -70,9 +72,14 @@ def lr_at(config: Config, round: int) -> float:
     return lr
 
 
+def cohort_size(clients: int, fraction: float) -> int:
+    """How many of ``clients`` a round samples: ``max(1, round(fraction * clients))``."""
+    return min(clients, max(1, int(round_half_up(fraction * clients))))
+
+
 def sample_clients(ids: Sequence[str], fraction: float, seed: int, round: int) -> list[str]:
     """A deterministic sample of ``max(1, round(fraction * n))`` clients, in id order."""
-    k = min(len(ids), max(1, int(round_half_up(fraction * len(ids)))))
+    k = cohort_size(len(ids), fraction)
     if k == len(ids):
         return list(ids)
     rng = np.random.default_rng(derive_seed(seed, "sample", round))
@@ -137,6 +144,14 @@ class Server:
         #: the record of the last round while its evaluation waits for the next round's
         #: messages (see :meth:`run`)
         self.pending: dict[str, Any] | None = None
+        #: simulated time (``sites``, aggregation modes); none when deployed, where time is real
+        self.clock = None if deployed else clock_for(config, task.client_ids)
+        #: FedBuff / FedAsync rounds (``aggregation``), see engines/asynchronous.py
+        self.asynchronous: AsynchronousRounds | None = None
+        if config["aggregation"] in ASYNCHRONOUS:
+            cohort = cohort_size(len(task.client_ids), config["sample_fraction"])
+            self.asynchronous = AsynchronousRounds(config, task.client_ids, cohort)
+            self.eval_with_fit = False
 
     @property
     def hook(self) -> Any:
@@ -147,14 +162,28 @@ class Server:
         return list(self.task.client_ids)
 
     def send(self, transport: Transport, messages: dict[str, Message]) -> dict[str, Message]:
-        """Deliver ``messages`` and count the bytes each client sent and received."""
+        """Deliver ``messages``, count the bytes each client sent and received and, with a
+        virtual clock, the simulated time the exchange took (see engines/clock.py)."""
         replies = transport.send(messages)
-        for cid, message in messages.items():
-            counts = self.traffic.setdefault(cid, {"down": 0, "up": 0})
-            counts["down"] += message_bytes(message)
-            if cid in replies:
-                counts["up"] += message_bytes(replies[cid])
+        sizes = self.count(messages, replies)
+        if self.clock is not None:
+            replies = self.clock.exchange(messages, replies, sizes)
         return replies
+
+    def count(
+        self, messages: Mapping[str, Message], replies: Mapping[str, Message]
+    ) -> dict[str, tuple[int, int]]:
+        """Count the bytes of ``messages`` (down) and ``replies`` (up) in :attr:`traffic`;
+        ``{client id: (down, up)}`` of these."""
+        sizes = {}
+        for cid in dict.fromkeys([*messages, *replies]):
+            down = message_bytes(messages[cid]) if cid in messages else 0
+            up = message_bytes(replies[cid]) if cid in replies else 0
+            counts = self.traffic.setdefault(cid, {"down": 0, "up": 0})
+            counts["down"] += down
+            counts["up"] += up
+            sizes[cid] = (down, up)
+        return sizes
 
     # ------------------------------------------------------------------ setup
 
@@ -224,6 +253,10 @@ class Server:
         is completed (``on_round``) before this one aggregates."""
         ctx, cfg = self.ctx, self.config
         ctx.round = rnd
+        if self.asynchronous is not None:
+            self.traffic = {}
+            self.observer.on_phase(rnd, "train", 0, self.asynchronous.cohort)
+            return self._round_end(transport, rnd, self.asynchronous.train(self, transport, rnd))
         sampled = sample_clients(self.client_ids, cfg["sample_fraction"], cfg["seed"], rnd)
         self.observer.on_phase(rnd, "train", 0, len(sampled))
         self.traffic = {}
@@ -236,11 +269,7 @@ class Server:
             self._complete(pending, on_round)
         ok = self._failures("fit", rnd, replies, required=self._required(len(sampled)))
         updates = [Update(cid, replies[cid].arrays, replies[cid].scalars) for cid in ok]
-        new_state = self.hook.fedkit_aggregate(
-            server=ctx, updates=updates, ask=self._asker(transport, rnd, ok)
-        )
-        self._check_state(new_state)
-        ctx.global_state = {k: v.detach().cpu() for k, v in new_state.items()}
+        ctx.global_state = self.aggregate(updates, self._asker(transport, rnd, ok))
         record: dict[str, Any] = {
             "round": rnd,
             "sampled": sampled,
@@ -251,7 +280,24 @@ class Server:
             "global": {},
             "clients": {},
         }
+        return self._round_end(transport, rnd, record)
+
+    def aggregate(self, updates: Sequence[Update], ask: Callable[..., dict[str, Reply]]) -> Arrays:
+        """The next global state from ``updates`` (``fedkit_aggregate``), checked."""
+        new_state = self.hook.fedkit_aggregate(server=self.ctx, updates=updates, ask=ask)
+        self._check_state(new_state)
+        return {k: v.detach().cpu() for k, v in new_state.items()}
+
+    def _round_end(self, transport: Transport, rnd: int, record: dict[str, Any]) -> dict[str, Any]:
+        """Round ``rnd``'s traffic and simulated time into its ``record``, then its
+        evaluation: now, or with the next round's fit messages (:attr:`pending`)."""
+        cfg = self.config
         record["bytes"] = self.traffic
+        if self.clock is not None:
+            record["simulated_seconds"] = round(self.clock.now, 3)
+            outages = self.clock.take_outages()
+            if outages:
+                record["outages"] = outages
         if rnd == cfg["rounds"] or (rnd % cfg["eval_every"] == 0 and not self.eval_with_fit):
             self.observer.on_phase(rnd, "evaluate", 0, len(self.client_ids))
             record.update(self.evaluate(transport, rnd))
@@ -306,6 +352,8 @@ class Server:
 
     def _required(self, sampled: int) -> int:
         wanted = self.config["min_clients"]
+        if wanted is None and self.config["aggregation"] == "deadline":
+            wanted = 1  # a deadline drops the late: a round needs one update at least
         return sampled if wanted is None else min(wanted, sampled)
 
     def _failures(
@@ -502,6 +550,8 @@ class Server:
             "events": self.events,
             "seconds": self.seconds,
             "best_state": self.best_state,
+            "clock": self.clock.state() if self.clock is not None else None,
+            "asynchronous": self.asynchronous.state() if self.asynchronous else None,
         }
 
     def restore(self, snap: dict[str, Any]) -> None:
@@ -513,6 +563,10 @@ class Server:
         self.events = snap["events"]
         self.seconds = snap["seconds"]
         self.best_state = snap.get("best_state")
+        if self.clock is not None and snap.get("clock") is not None:
+            self.clock.restore(snap["clock"])
+        if self.asynchronous is not None and snap.get("asynchronous") is not None:
+            self.asynchronous.restore(snap["asynchronous"])
 
 
 def _mean_metrics(metrics: Iterable[dict[str, float]]) -> dict[str, float]:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from fedkit_core.config import load_yaml
+from fedkit_core.config import AGGREGATION_MODES, load_yaml
 from fedkit_core.errors import FedkitError
 from fedkit_core.metrics.paired import paired_difference
 from fedkit_core.plugins import BUILTINS, installed
@@ -37,12 +37,20 @@ from fedkit_core.results.store import RunDir, write_json, write_text
 
 
 def runspec_layer(spec: str) -> dict[str, Any]:
-    """The config layer a RUNSPEC stands for."""
+    """The config layer a RUNSPEC stands for. A part naming an aggregation mode
+    (``fedavg+fedbuff``, ``fedprox+deadline``) sets ``aggregation``, the others are plugins."""
     if spec.endswith((".yaml", ".yml")) or Path(spec).is_file():
         layer = load_yaml(spec)
         layer.setdefault("plugins", [])
         return layer
-    return {"plugins": [p for p in spec.split("+") if p and p != "fedavg"]}
+    parts = [p for p in spec.split("+") if p and p != "fedavg"]
+    modes = [p for p in parts if p in AGGREGATION_MODES]
+    if len(modes) > 1:
+        raise FedkitError(f"runspec {spec!r} names two aggregation modes: {modes}")
+    layer: dict[str, Any] = {"plugins": [p for p in parts if p not in AGGREGATION_MODES]}
+    if modes:
+        layer["aggregation"] = modes[0]
+    return layer
 
 
 def runspec_label(spec: str) -> str:
@@ -86,6 +94,8 @@ def metric_paths(results: Mapping[str, Any]) -> dict[str, float]:
     for name, value in final.get("best", {}).get("global", {}).items():
         out[f"best.global.{name}"] = value
     out["final.wall_seconds"] = final["wall_seconds"]
+    if "simulated_seconds" in final:
+        out["final.simulated_seconds"] = final["simulated_seconds"]
     return out
 
 
@@ -111,7 +121,9 @@ def aggregate(
 #: the compare.json key of the paired differences
 DIFF = "diff"
 #: the compared numbers where lower is better (all others: higher is better)
-LOWER_IS_BETTER = ("final.fairness.std", "final.wall_seconds")
+LOWER_IS_BETTER = ("final.fairness.std", "final.wall_seconds", "final.simulated_seconds")
+#: the compare.json key of the time to a target (``--target``)
+TIME_TO_TARGET = "time_to_target"
 
 
 def paired_table(
@@ -172,6 +184,8 @@ class Comparison:
     main: str
     seeds: list[int]
     diff: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    #: time to the ``--target`` (:func:`fedkit_core.results.timing.target_table`), if asked
+    target: dict[str, Any] | None = None
 
     def rows(self) -> list[dict[str, str]]:
         """One row per compared number, one column per runspec (mean ± std), for a console."""
@@ -392,6 +406,7 @@ def compare(
     run_one: Callable[[list[Mapping[str, Any]], Path, str, int], Results] | None = None,
     jobs: int = 1,
     on_done: Callable[[str, int], None] | None = None,
+    target: str | None = None,
 ) -> Comparison:
     """Run every runspec for every seed (reusing or continuing runs of the same config) and
     summarise exactly those runs.
@@ -404,8 +419,14 @@ def compare(
     seed)`` reports each finished run).
     Folders holding runs of another config are refused before anything runs, and the summary
     files of an earlier comparison in ``out`` are removed first, so they never outlive it.
+    ``target`` (``final.global.bacc=0.80``): also the time each run took to reach it
+    (:mod:`fedkit_core.results.timing`: a table in ``compare.md``, ``compare.json`` key
+    ``time_to_target``, the figure ``compare-time``).
     """
     from fedkit_core import api
+    from fedkit_core.results import timing
+
+    goal = timing.parse_target(target) if target is not None else None
 
     out = Path(out)
     if run_one is None:
@@ -413,8 +434,11 @@ def compare(
         def run_one(layers, path, spec, seed):
             return api.run(layers, out=path, reuse=True)
 
-    if DIFF in runspecs:
-        raise FedkitError(f"a runspec may not be named {DIFF!r}: compare.json keeps that key")
+    for reserved in (DIFF, TIME_TO_TARGET):
+        if reserved in runspecs:
+            raise FedkitError(
+                f"a runspec may not be named {reserved!r}: compare.json keeps that key"
+            )
     if not isinstance(jobs, int) or jobs < 1:
         raise FedkitError(f"--jobs must be a whole number of at least 1, got {jobs!r}")
     plan = planned_runs(runspecs, seeds, out, base, sets or {})
@@ -433,6 +457,12 @@ def compare(
     main = done[-1]["task"]["main_metric"]
     table = aggregate(runs)
     diff = paired_table(table)
-    write_json(out / "compare.json", {**table, DIFF: diff} if diff else table)
+    times = timing.target_table(runs, goal) if goal is not None else None
+    summary: dict[str, Any] = {**table, DIFF: diff} if diff else dict(table)
+    if times is not None:
+        summary[TIME_TO_TARGET] = times
+    write_json(out / "compare.json", summary)
     write_summary(out, table, runs, main, seeds, diff)
-    return Comparison(table, main, list(seeds), diff)
+    if times is not None:
+        timing.write_target(out, runs, goal, times)
+    return Comparison(table, main, list(seeds), diff, times)
