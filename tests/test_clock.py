@@ -18,7 +18,9 @@ def profile(speed=100.0, download=1e6, upload=1e6, latency=0.0, **availability) 
 
 
 def test_a_message_takes_latency_transfers_and_training():
-    clock = Clock({"a": profile(speed=50, download=1000, upload=500, latency=0.1)}, seed=0, local_epochs=2)
+    clock = Clock(
+        {"a": profile(speed=50, download=1000, upload=500, latency=0.1)}, seed=0, local_epochs=2
+    )
     # 2 x 0.1 s latency + 1000 B / 1000 B/s + 500 B / 500 B/s + 2 epochs x 25 samples / 50
     assert clock.work("a", 1000, 500, 2 * 25) == pytest.approx(0.2 + 1 + 1 + 1)
     fit, reply = Message("fit"), Message("fit", scalars={"num_examples": 25})
@@ -32,9 +34,9 @@ def test_an_outage_pauses_a_sites_work_and_is_noted():
     assert clock.finish("a", 0.0, 5.0) == 5.0  # done before the outage
     assert clock.outages == []
     assert clock.finish("a", 8.0, 5.0) == 33.0  # 2 s, paused 20 s, then 3 s
-    assert clock.outages == [{"client": "a", "from": 10.0, "to": 30.0}]
     clock.busy_until.clear()
     assert clock.finish("a", 15.0, 1.0) == 31.0  # sent while down: waits until it is back
+    assert clock.take_outages() == [{"client": "a", "from": 10.0, "to": 30.0, "waited": 35.0}]
     assert not clock.is_up("a", 12.0) and clock.is_up("a", 30.0)
     assert clock.next_up("a", 12.0) == 30.0 and clock.next_up("a", 40.0) == 40.0
 

@@ -146,7 +146,7 @@ def _print_time(console: Console, results: Mapping[str, Any]) -> None:
     for rnd, o in outages[:10]:
         console.print(
             f"[yellow]round {rnd}: site {o['client']} was down from {clock_text(o['from'])} "
-            f"to {clock_text(o['to'])}; its work waited"
+            f"to {clock_text(o['to'])}; its work waited {clock_text(o['waited'])}"
         )
     if len(outages) > 10:
         console.print(f"[yellow]... and {len(outages) - 10} more outages (rounds' `outages`)")

@@ -128,8 +128,8 @@ class Clock:
         self.deadline = deadline
         self.now = 0.0
         self.busy_until: dict[str, float] = {}
-        #: ``{"client", "from", "to"}`` of each outage that paused a site's work, since the
-        #: round began (see :meth:`take_outages`)
+        #: ``{"client", "from", "to", "waited"}`` of each outage that paused a site's work,
+        #: since the round began (see :meth:`take_outages`)
         self.outages: list[dict[str, Any]] = []
         self._downtime = {
             cid: Downtime(p.availability, derive_seed(seed, "availability", cid))
@@ -166,7 +166,7 @@ class Clock:
                     left -= a - t
                 if b > t:
                     self.outages.append(
-                        {"client": cid, "from": round(max(a, t), 3), "to": round(b, 3)}
+                        {"client": cid, "from": a, "to": b, "waited": b - max(a, t)}
                     )
                     t = b
         end = t + left
@@ -234,15 +234,17 @@ class Clock:
         return replies
 
     def take_outages(self) -> list[dict[str, Any]]:
-        """The outages noted since the last call, each once, by start."""
-        seen, out = set(), []
-        for o in sorted(self.outages, key=lambda o: (o["from"], o["client"])):
+        """The outages noted since the last call, each once, by start: ``client``, ``from``,
+        ``to`` (simulated seconds) and ``waited``, the seconds of work it held up."""
+        merged: dict[tuple[str, float, float], float] = {}
+        for o in self.outages:
             key = (o["client"], o["from"], o["to"])
-            if key not in seen:
-                seen.add(key)
-                out.append(o)
+            merged[key] = merged.get(key, 0.0) + o["waited"]
         self.outages = []
-        return out
+        return [
+            {"client": c, "from": round(a, 3), "to": round(b, 3), "waited": round(w, 3)}
+            for (c, a, b), w in sorted(merged.items(), key=lambda item: (item[0][1], item[0][0]))
+        ]
 
     # ------------------------------------------------------------------ persistence
 

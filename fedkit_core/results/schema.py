@@ -21,9 +21,9 @@ its test scopes), ``bytes`` (totals down and up, setup included) and ``wall_seco
 Runs with a virtual clock (``sites``, or an ``aggregation`` other than ``sync``; see
 docs/hospitals.md) also hold ``simulated_seconds`` in every round record (the simulated
 time when the round's training and aggregation ended) and in ``final``; a round record
-holds ``outages`` (``{"client", "from", "to"}``) when a site's work waited for one, and
-asynchronous rounds hold ``updates`` (per applied update: ``client``, ``version`` trained
-on, ``staleness``, ``weight``, ``arrived``) and ``server_updates``.
+holds ``outages`` (``{"client", "from", "to", "waited"}``) when a site's work waited
+for one, and asynchronous rounds hold ``updates`` (per applied update: ``client``,
+``version`` trained on, ``staleness``, ``weight``, ``arrived``) and ``server_updates``.
 """
 
 from __future__ import annotations
