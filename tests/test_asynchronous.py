@@ -134,12 +134,20 @@ class DeclaredAggregation(OwnAggregation):
     fedkit_asynchronous = True
 
 
+class Asking:
+    @hookimpl
+    def fedkit_answer_query(self, client, query, arrays, scalars):
+        return None
+
+
 def test_plugins_whose_aggregation_needs_a_synchronous_round_are_refused_with_the_reason():
-    with pytest.raises(FedkitError, match="fed-lwr.*every client of one round"):
+    with pytest.raises(FedkitError, match="fed-lwr.*every client of the round scores"):
         resolve_config(tiny(plugins=["fed-lwr"], aggregation="fedbuff"))
     with pytest.raises(FedkitError, match="was written for synchronous rounds"):
         resolve_config(tiny(aggregation="fedasync"), plugins={"mine": OwnAggregation()})
     resolve_config(tiny(aggregation="fedasync"), plugins={"mine": DeclaredAggregation()})
+    with pytest.raises(FedkitError, match="asks the round's clients an extra question"):
+        resolve_config(tiny(aggregation="fedbuff"), plugins={"asking": Asking()})
     resolve_config(tiny(plugins=["fedprox"], aggregation="fedbuff"))  # client-side only
     resolve_config(tiny(plugins=["fed-lwr"], aggregation="deadline", deadline=60))
     with pytest.raises(FedkitError, match="needs `deadline`"):

@@ -131,11 +131,20 @@ class Clock:
         #: ``{"client", "from", "to", "waited"}`` of each outage that paused a site's work,
         #: since the round began (see :meth:`take_outages`)
         self.outages: list[dict[str, Any]] = []
-        self._downtime = {
-            cid: Downtime(p.availability, derive_seed(seed, "availability", cid))
-            for cid, p in self.profiles.items()
-            if not p.availability.always_up
-        }
+        self.seed = seed
+        #: each site's outages, made when first asked for (a federation may be large)
+        self._downtimes: dict[str, Downtime | None] = {}
+
+    def _downtime(self, cid: str) -> Downtime | None:
+        """Site ``cid``'s outages (``None``: always up)."""
+        if cid not in self._downtimes:
+            availability = self.profiles[cid].availability
+            self._downtimes[cid] = (
+                None
+                if availability.always_up
+                else Downtime(availability, derive_seed(self.seed, "availability", cid))
+            )
+        return self._downtimes[cid]
 
     # ------------------------------------------------------------------ durations
 
@@ -157,7 +166,7 @@ class Clock:
         pausing it (each one met is noted in :attr:`outages`); the site is busy until then."""
         begin = max(start, self.busy_until.get(cid, 0.0))
         t, left = begin, seconds
-        downtime = self._downtime.get(cid)
+        downtime = self._downtime(cid)
         if downtime is not None:
             for a, b in downtime.after(t):
                 if a > t:
@@ -175,14 +184,14 @@ class Clock:
 
     def is_up(self, cid: str, t: float) -> bool:
         """Whether site ``cid`` is up at ``t``."""
-        downtime = self._downtime.get(cid)
+        downtime = self._downtime(cid)
         for a, _ in downtime.after(t) if downtime is not None else ():
             return a > t  # the earliest outage not over by t
         return True
 
     def next_up(self, cid: str, t: float) -> float:
         """The first moment from ``t`` on when site ``cid`` is up."""
-        downtime = self._downtime.get(cid)
+        downtime = self._downtime(cid)
         if downtime is None:
             return t
         for a, b in downtime.after(t):
