@@ -151,6 +151,7 @@ class Server:
         if config["aggregation"] in ASYNCHRONOUS:
             cohort = cohort_size(len(task.client_ids), config["sample_fraction"])
             self.asynchronous = AsynchronousRounds(config, task.client_ids, cohort)
+        if config["aggregation"] != "sync":  # a late or busy client must not hold up a score
             self.eval_with_fit = False
 
     @property
