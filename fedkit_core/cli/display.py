@@ -145,7 +145,7 @@ def _print_time(console: Console, results: Mapping[str, Any]) -> None:
     outages = [(r["round"], o) for r in results["rounds"] for o in r.get("outages", [])]
     for rnd, o in outages[:10]:
         console.print(
-            f"[yellow]round {rnd}: site {o['client']} was down from {clock_text(o['from'])} "
+            f"[yellow]round {rnd}: {o['client']} was down from {clock_text(o['from'])} "
             f"to {clock_text(o['to'])}; its work waited {clock_text(o['waited'])}"
         )
     if len(outages) > 10:
@@ -155,13 +155,12 @@ def _print_time(console: Console, results: Mapping[str, Any]) -> None:
 
 
 def clock_text(seconds: float) -> str:
-    """``4521.3`` -> ``1 h 15 min 21 s`` (simulated time for people)."""
-    whole = int(round(seconds))
-    hours, rest = divmod(whole, 3600)
+    """Simulated time for people: ``1.5 s``, ``4 min 12 s``, ``1 h 15 min 21 s``."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    hours, rest = divmod(int(round(seconds)), 3600)
     minutes, secs = divmod(rest, 60)
-    parts = [f"{hours} h"] if hours else []
-    parts += [f"{minutes} min"] if minutes or hours else []
-    return " ".join(parts + [f"{secs} s"]) if whole else f"{seconds:.2f} s"
+    return " ".join(([f"{hours} h"] if hours else []) + [f"{minutes} min", f"{secs} s"])
 
 
 def _megabytes(n: float) -> str:

@@ -10,6 +10,10 @@ the ``compare`` figure (per-round curves with mean ± std bands; PNG, PDF, SVG).
 plugin that a runspec does not use are ignored for that runspec, in ``--set`` pairs and in
 the shared ``--config`` file.
 
+A runspec part naming an aggregation mode (``fedavg+fedbuff``) sets ``aggregation``; with
+``target`` the time each run takes to reach a score is tabulated and drawn too
+(:mod:`fedkit_core.results.timing`, docs/hospitals.md).
+
 With two or more seeds every other runspec is also compared with the first (the baseline)
 seed by seed (:mod:`fedkit_core.metrics.paired`): ``compare.json`` then holds
 ``diff.<runspec>.<metric>`` (mean paired difference, paired-t and bootstrap 95% intervals,
