@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -295,22 +295,18 @@ class AsynchronousRounds:
         free = self.concurrency - len(self.flights)
         if free <= 0:
             return math.inf
-        idle = [c for c in self.ids if c not in self.flights]
-        if len(idle) > free:  # a random order, deterministic per seed and dispatch
-            rng = np.random.default_rng(derive_seed(self.config["seed"], "async", self.dispatched))
-            idle = [idle[k] for k in rng.permutation(len(idle))]
-        clock, chosen = server.clock, idle[:free]
-        if clock is not None:  # the first `free` of them that are up
-            chosen = []
-            for cid in idle:
-                if clock.is_up(cid, clock.now):
-                    chosen.append(cid)
-                    if len(chosen) == free:
-                        break
+        clock = server.clock
+        chosen: list[str] = []
+        for cid in self._idle_in_random_order(free):  # the first `free` that are up
+            if clock is None or clock.is_up(cid, clock.now):
+                chosen.append(cid)
+                if len(chosen) == free:
+                    break
         wake = math.inf
         if len(chosen) < free and clock is not None:
             taken = set(chosen)
-            wake = min((clock.next_up(c, clock.now) for c in idle if c not in taken), default=wake)
+            idle = [c for c in self.ids if c not in self.flights and c not in taken]
+            wake = min((clock.next_up(c, clock.now) for c in idle), default=wake)
             if not chosen and not self.flights:  # nothing to wait for but a site coming back
                 if math.isinf(wake):
                     raise FedkitError("every idle site is down for good: the run cannot go on")
@@ -330,6 +326,28 @@ class AsynchronousRounds:
         channel.dispatch(messages)
         return wake
 
+    def _idle_in_random_order(self, wanted: int) -> Iterator[str]:
+        """The idle clients in a random order, deterministic per seed and dispatch. In a
+        large federation with few clients in flight, drawn one by one (``wanted`` of them
+        cost about as many draws, not a pass over every client); else shuffled whole."""
+        idle_count = len(self.ids) - len(self.flights)
+        rng = np.random.default_rng(derive_seed(self.config["seed"], "async", self.dispatched))
+        if idle_count <= wanted:
+            yield from (c for c in self.ids if c not in self.flights)
+            return
+        if idle_count > 2 * len(self.flights) and len(self.ids) > 1000:
+            seen: set[str] = set()
+            for _ in range(8 * wanted):  # then, if the sites drawn were down, all of them
+                cid = self.ids[int(rng.integers(len(self.ids)))]
+                if cid not in self.flights and cid not in seen:
+                    seen.add(cid)
+                    yield cid
+            rest = [c for c in self.ids if c not in self.flights and c not in seen]
+            yield from (rest[k] for k in rng.permutation(len(rest)))
+            return
+        idle = [c for c in self.ids if c not in self.flights]
+        yield from (idle[k] for k in rng.permutation(len(idle)))
+
     def _failed(self, server: Server, rnd: int, cid: str, reply: Message, in_a_row: int) -> None:
         server.events.append({"round": rnd, "phase": "fit", "client": cid, "error": reply.error})
         if server.config["min_clients"] is None or in_a_row >= len(self.ids):
@@ -341,7 +359,7 @@ class AsynchronousRounds:
 
     def _buffer(self, server: Server, update: Update, version: int, weight: float) -> None:
         base = self.bases[version]
-        change = {k: (v.double() - base[k].double()) * weight for k, v in update.arrays.items()}
+        change = {k: _difference(v, base[k]) * weight for k, v in update.arrays.items()}
         self.buffer.append(Update(update.client_id, change, update.scalars))
         if len(self.buffer) >= self.buffer_size:
             current = server.ctx.global_state
@@ -360,7 +378,7 @@ class AsynchronousRounds:
 
     def _mix(self, server: Server, update: Update, weight: float) -> None:
         current = server.ctx.global_state
-        change = {k: v.double() - current[k].double() for k, v in update.arrays.items()}
+        change = {k: _difference(v, current[k]) for k, v in update.arrays.items()}
         mixed = Update(update.client_id, _shifted(current, change, weight), update.scalars)
         server.ctx.global_state = server.aggregate([mixed], _no_queries(self.mode))
         self.version += 1
@@ -395,6 +413,13 @@ class AsynchronousRounds:
         self._saved_channel = state["channel"]
         if self.channel is not None and state["channel"] is not None:
             self.channel.restore(state["channel"])
+
+
+def _difference(value: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+    """``value - base`` in the entry's floating dtype (integers: in float64)."""
+    if base.dtype.is_floating_point:
+        return value.to(base.dtype) - base
+    return value.double() - base.double()
 
 
 def _shifted(current: Arrays, change: Mapping[str, torch.Tensor], scale: float) -> Arrays:
