@@ -77,10 +77,16 @@ def test_a_synchronous_exchange_ends_with_its_last_reply_and_a_deadline_drops_th
     assert got["fast"].error is None and "missed the deadline" in got["slow"].error
     assert clock.now == pytest.approx(5.0)  # the server waited until the deadline
     assert clock.busy_until["slow"] == pytest.approx(10.0)  # the site finishes its work
+    # the next round: the slow site is still busy past this deadline, so its message
+    # expires unread (not sent, no work) and the round waits out the deadline
+    sent, expired = clock.admit(messages)
+    assert set(sent) == {"fast"} and "expired unread" in expired["slow"].error
+    clock.exchange(sent, {"fast": replies["fast"]}, sizes, expired=True)
+    assert clock.now == pytest.approx(10.0) and clock.busy_until["slow"] == pytest.approx(10.0)
     # evaluation takes no time; setup keeps a site busy without the server waiting
     clock.exchange({"fast": Message("evaluate")}, {"fast": Message("evaluate")}, sizes)
     clock.exchange({"slow": Message("setup")}, {"slow": Message("setup")}, {"slow": (10**6, 0)})
-    assert clock.now == pytest.approx(5.0) and clock.busy_until["slow"] == pytest.approx(11.0)
+    assert clock.now == pytest.approx(10.0) and clock.busy_until["slow"] == pytest.approx(11.0)
 
 
 SITES = {

@@ -202,18 +202,52 @@ class Clock:
 
     # ------------------------------------------------------------------ synchronous rounds
 
+    def admit(
+        self, messages: Mapping[str, Message]
+    ) -> tuple[dict[str, Message], dict[str, Message]]:
+        """Of a synchronous exchange's ``messages`` (beginning at :attr:`now`), those to
+        send, and failed replies for the fit messages a site could not even start before
+        the deadline (busy, or down, until then): such a message expires unread, as a
+        Flower message past its TTL, and the site neither trains on it nor is busy with it.
+        Without a deadline every message is sent."""
+        if self.deadline is None:
+            return dict(messages), {}
+        cutoff = self.now + self.deadline
+        send, expired = {}, {}
+        for cid, message in messages.items():
+            begin = self.now
+            if message.kind == "fit":
+                begin = self.next_up(cid, max(self.now, self.busy_until.get(cid, 0.0)))
+            if begin < cutoff:
+                send[cid] = message
+                continue
+            expired[cid] = Message(
+                "fit",
+                error=(
+                    f"missed the deadline: the site was busy or down until "
+                    f"{begin - self.now:.1f} s after the round began (deadline "
+                    f"{self.deadline:g} s of simulated time); the message expired unread"
+                ),
+            )
+        return send, expired
+
     def exchange(
         self,
         messages: Mapping[str, Message],
         replies: dict[str, Message],
         sizes: Mapping[str, tuple[int, int]],
+        expired: bool = False,
     ) -> dict[str, Message]:
         """A synchronous exchange that began at :attr:`now`: every timed message's arrival,
         ``now`` moved to the last one. With a deadline, fit replies arriving after it are
         failed (the server stopped waiting then; the site finishes its work and is busy
-        until it has). ``sizes``: bytes down and up per client."""
+        until it has), and ``expired`` says messages of the exchange were not sent
+        (:meth:`admit`): the server waited until the deadline for them too. ``sizes``:
+        bytes down and up per client."""
         timed = [cid for cid, m in messages.items() if m.kind in TIMED]
         if not timed:
+            if expired:
+                self.now += self.deadline
             return replies
         start = self.now
         arrivals = {}
@@ -237,7 +271,7 @@ class Clock:
                         f"(deadline {self.deadline:g} s of simulated time)"
                     ),
                 )
-            if late:  # the server waited until the deadline
+            if late or expired:  # the server waited until the deadline
                 end = cutoff
         self.now = end
         return replies

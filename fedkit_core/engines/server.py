@@ -164,12 +164,16 @@ class Server:
 
     def send(self, transport: Transport, messages: dict[str, Message]) -> dict[str, Message]:
         """Deliver ``messages``, count the bytes each client sent and received and, with a
-        virtual clock, the simulated time the exchange took (see engines/clock.py)."""
-        replies = transport.send(messages)
-        sizes = self.count(messages, replies)
-        if self.clock is not None:
-            replies = self.clock.exchange(messages, replies, sizes)
-        return replies
+        virtual clock, the simulated time the exchange took (see engines/clock.py; with a
+        deadline, a fit message its site cannot start before it is not sent)."""
+        if self.clock is None:
+            replies = transport.send(messages)
+            self.count(messages, replies)
+            return replies
+        sent, expired = self.clock.admit(messages)
+        replies = transport.send(sent) if sent else {}
+        replies = self.clock.exchange(sent, replies, self.count(sent, replies), bool(expired))
+        return {cid: replies[cid] if cid in replies else expired[cid] for cid in messages}
 
     def count(
         self, messages: Mapping[str, Message], replies: Mapping[str, Message]
