@@ -222,6 +222,9 @@ def plot_time(
     split = "test" if target.split == "final" else "validation"
     scope = "global model" if target.scope == "global" else "clients' mean"
     ax.set_ylabel(f"{split} {metric_name(target.metric)} ({scope})")
+    times = [t for line in ax.get_lines() for t in line.get_xdata() if t > 0]
+    if times and max(times) > 30 * min(times):  # minutes against hours: a log axis
+        ax.set_xscale("log")
     ax.set_xlabel(f"{clock} time (s)")
     ax.grid(alpha=0.3)
     ax.set_title("score against time, one line per seed")
