@@ -316,7 +316,7 @@ class AsynchronousRounds:
             return wake
         messages = {}
         for cid in sorted(chosen, key=self.position.__getitem__):  # sent in client order
-            message = server._fit_message(cid, rnd)
+            message = server.fit_message(cid, rnd)
             message.scalars[TRIP] = self.dispatched
             self.dispatched += 1
             messages[cid] = message

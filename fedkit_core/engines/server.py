@@ -265,7 +265,7 @@ class Server:
         sampled = sample_clients(self.client_ids, cfg["sample_fraction"], cfg["seed"], rnd)
         self.observer.on_phase(rnd, "train", 0, len(sampled))
         self.traffic = {}
-        messages = {cid: self._fit_message(cid, rnd) for cid in sampled}
+        messages = {cid: self.fit_message(cid, rnd) for cid in sampled}
         pending, self.pending = self.pending, None
         if pending is None:
             replies = self.send(transport, messages)
@@ -337,7 +337,7 @@ class Server:
         pending.update(self._evaluated(transport, rnd, splits, arrays, served))
         return fits
 
-    def _fit_message(self, cid: str, rnd: int) -> Message:
+    def fit_message(self, cid: str, rnd: int) -> Message:
         """The global state and round settings, plus what plugins send this client."""
         payload = Payload()
         for part in self.hook.fedkit_configure_fit(server=self.ctx, client_id=cid):
