@@ -35,28 +35,16 @@ import numpy as np
 from fedkit_core.config import Config
 from fedkit_core.engines.context import derive_seed
 from fedkit_core.messages import Message
-from fedkit_core.sites import (
-    BASE_SAMPLES_PER_SECOND,
-    Availability,
-    SiteProfile,
-    bandwidth,
-    duration,
-    parse_sites,
-)
+from fedkit_core.sites import Availability, SiteProfile, parse_sites
 
 #: the kinds of message whose round trip the clock counts
 TIMED = ("setup", "fit", "query")
 
 
 def default_profile() -> SiteProfile:
-    """Every site when a run gives no ``sites``: the base speed on a hospital LAN."""
-    return SiteProfile(
-        "default",
-        BASE_SAMPLES_PER_SECOND,
-        bandwidth("100 Mbit/s", "default"),
-        bandwidth("100 Mbit/s", "default"),
-        duration("20 ms", "default"),
-    )
+    """Every site when a run gives no ``sites``: the base speed on a hospital LAN (a
+    profile of :data:`fedkit_core.sites.DEFAULTS`)."""
+    return parse_sites({"profiles": {"default": {}}}).profiles["default"]
 
 
 def clock_for(config: Config, client_ids: Sequence[str]) -> Clock | None:
