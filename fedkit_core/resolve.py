@@ -15,12 +15,14 @@ from typing import Any
 import torch
 
 from fedkit_core.config import CORE_OPTIONS, Config, load_yaml, peek, resolve
+from fedkit_core.engines.asynchronous import check_aggregation
 from fedkit_core.engines.context import ServerContext
 from fedkit_core.engines.registry import engine_names, engine_options
 from fedkit_core.errors import FedkitError
 from fedkit_core.options import Option
 from fedkit_core.plugins import PluginSet
 from fedkit_core.privacy.checks import check_privacy
+from fedkit_core.sites import load_sites
 from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION, TaskInfo
 from fedkit_core.tasks.registry import TaskSpec, get_task
 
@@ -51,6 +53,7 @@ def resolve_config(
     _check_pooled(values, plugin_set)
     resolved = Config(values, cfg.options)
     check_plugins(resolved, plugin_set, spec)
+    check_aggregation(resolved, plugin_set)
     return resolved, plugin_set
 
 
@@ -93,7 +96,11 @@ def _layers(config: ConfigLike | Sequence[ConfigLike]) -> list[Mapping[str, Any]
     for item in items:
         if item is None:
             continue
-        out.append(load_yaml(item) if isinstance(item, (str, Path)) else dict(item))
+        layer = load_yaml(item) if isinstance(item, (str, Path)) else dict(item)
+        if layer.get("sites") is not None:  # a file's path: its profiles, kept in the config
+            folder = Path(item).parent if isinstance(item, (str, Path)) else None
+            layer["sites"] = load_sites(layer["sites"], base_dir=folder)
+        out.append(layer)
     return out
 
 

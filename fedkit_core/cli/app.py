@@ -136,6 +136,20 @@ def compare(
     quiet: bool = QuietOpt,
     logger: list[str] = LoggerOpt,
     private: bool = PrivateOpt,
+    sites: Path | None = typer.Option(
+        None,
+        "--sites",
+        help="site profiles (YAML, e.g. examples/sites/rural.yaml) for every run: simulated "
+        "time per round (same as --set sites=PATH)",
+    ),
+    target: str | None = typer.Option(
+        None,
+        "--target",
+        help="also the time each run takes to reach a score, e.g. final.global.bacc=0.80 "
+        "(test split; val.global.bacc=... for validation): per runspec, seeds reaching it, "
+        "mean time and paired intervals, and the score against time (compare-time.png); "
+        "a test-split target scores the test split every round (eval_test=every)",
+    ),
 ) -> None:
     """Run several methods on the same task, partition and seeds; tabulate mean ± std and,
     with >= 2 seeds, each one's paired difference to the first (95% CI, wins/ties/losses),
@@ -173,6 +187,13 @@ def compare(
         private=private or None,
     )
     sets = parse_sets(set_)
+    if sites is not None:
+        base.append({"sites": str(sites)})
+    if target is not None:
+        from fedkit_core.results.timing import parse_target
+
+        if parse_target(target).tests:  # every round's test score, for the first to reach it
+            base.insert(1, {"eval_test": "every"})  # above the --config file, below --set
     for spec in runspecs:  # fail fast on a bad runspec or key, before hours of training
         resolve_config(cmp.runspec_layers(spec, base, sets))
     total = len(runspecs) * len(seed_list)
@@ -200,6 +221,7 @@ def compare(
         jobs=jobs,
         on_done=on_done,
         reference=reference,
+        target=target,
     )
     if not quiet:
         seeds_text = ", ".join(map(str, found.seeds))
@@ -218,6 +240,11 @@ def compare(
             console.print(rows_table(found.gain_rows(), title))
             for note in found.clients["notes"]:
                 console.print(note)
+    if found.target is not None:
+        from fedkit_core.results.timing import target_note, target_rows
+
+        console.print(rows_table(target_rows(found.target), target_note(found.target)))
+        console.print(f"score against time: [bold]{out / 'compare-time.png'}[/]")
     if not found.written:
         console.print(f"[yellow]note: {out} is read-only: the comparison was not written")
         return

@@ -145,6 +145,7 @@ def print_run(console: Console, results: Mapping[str, Any]) -> None:
     privacy = final.get("privacy")
     if privacy:
         console.print(privacy_line(privacy))
+    _print_time(console, results)
     console.print(f"status {results['status']}; wall time {final['wall_seconds']:.1f} s")
 
 
@@ -163,6 +164,32 @@ def privacy_line(privacy: Mapping[str, Any]) -> str:
         f"privacy ({privacy['level']}-level DP, {privacy['accountant']}): "
         f"ε = {privacy['epsilon']:.4f} at δ = {privacy['delta']:g}{noise}{how}"
     )
+
+
+def _print_time(console: Console, results: Mapping[str, Any]) -> None:
+    """Simulated time (site profiles, aggregation modes) and the outages that delayed work."""
+    simulated = results["final"].get("simulated_seconds")
+    if simulated is None:
+        return
+    outages = [(r["round"], o) for r in results["rounds"] for o in r.get("outages", [])]
+    for rnd, o in outages[:10]:
+        console.print(
+            f"[yellow]round {rnd}: {o['client']} was down from {clock_text(o['from'])} "
+            f"to {clock_text(o['to'])}; its work waited {clock_text(o['waited'])}"
+        )
+    if len(outages) > 10:
+        console.print(f"[yellow]... and {len(outages) - 10} more outages (rounds' `outages`)")
+    mode = results["config"].get("aggregation", "sync")
+    console.print(f"simulated time {clock_text(simulated)} (aggregation {mode})")
+
+
+def clock_text(seconds: float) -> str:
+    """Simulated time for people: ``1.5 s``, ``4 min 12 s``, ``1 h 15 min 21 s``."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    hours, rest = divmod(int(round(seconds)), 3600)
+    minutes, secs = divmod(rest, 60)
+    return " ".join(([f"{hours} h"] if hours else []) + [f"{minutes} min", f"{secs} s"])
 
 
 def _megabytes(n: float) -> str:

@@ -190,7 +190,8 @@ class ClientRuntime:
         self.live()
         ctx, model = self.ctx, self.ctx.model
         round_, lr = int(message.scalars["round"]), float(message.scalars["lr"])
-        ctx.seed_round(round_)
+        trip = message.scalars.get("trip")  # asynchronous aggregation's dispatches
+        ctx.seed_round(round_, None if trip is None else int(trip))
         ctx.lr = lr
         ctx.scratches.clear()
         ctx.received = Payload(payload.arrays, payload.scalars)

@@ -148,10 +148,13 @@ class ClientContext(_Party):
         """The task loss of ``outputs`` through the hook chain (whichever plugin owns it)."""
         return self.hook.fedkit_task_loss(client=self, batch=batch, outputs=outputs)
 
-    def seed_round(self, round: int) -> None:
-        """Reseed every random stream of this client for ``round`` (keeps resume exact)."""
+    def seed_round(self, round: int, trip: int | None = None) -> None:
+        """Reseed every random stream of this client for ``round`` (keeps resume exact);
+        ``trip`` numbers an asynchronous run's fits, of which a client may do several in
+        one round."""
         self.round = round
-        seed = derive_seed(self.config["seed"], round, self.id)
+        parts = (round, self.id) if trip is None else (round, self.id, "trip", trip)
+        seed = derive_seed(self.config["seed"], *parts)
         torch.manual_seed(seed)
         self.rng = torch.Generator().manual_seed(seed)
 

@@ -148,7 +148,7 @@ class PooledServer(Server):
         self._failures("setup", 0, replies, required=1)
 
     def fit_messages(self, sampled: Sequence[str], rnd: int) -> dict[str, Message]:
-        message = self._fit_message(TRAINER, rnd)
+        message = self.fit_message(TRAINER, rnd)
         cfg = self.config
         steps = round_steps(self.sizes, sampled, cfg["batch_size"], cfg["local_epochs"])
         return {TRAINER: Message("fit", message.arrays, {**message.scalars, STEPS: steps})}

@@ -20,7 +20,9 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
+from fedkit_core.engines.asynchronous import ASYNCHRONOUS, AsynchronousRounds
 from fedkit_core.engines.client import CLASS_COUNTS, EVALUATION, PAYLOAD, build_model
+from fedkit_core.engines.clock import clock_for
 from fedkit_core.engines.context import ServerContext, derive_seed
 from fedkit_core.errors import ClientFailure, FedkitError, NoSpace
 from fedkit_core.messages import (
@@ -75,9 +77,14 @@ def lr_at(config: Config, round: int) -> float:
     return lr
 
 
+def cohort_size(clients: int, fraction: float) -> int:
+    """How many of ``clients`` a round samples: ``max(1, round(fraction * clients))``."""
+    return min(clients, max(1, int(round_half_up(fraction * clients))))
+
+
 def sample_clients(ids: Sequence[str], fraction: float, seed: int, round: int) -> list[str]:
     """A deterministic sample of ``max(1, round(fraction * n))`` clients, in id order."""
-    k = min(len(ids), max(1, int(round_half_up(fraction * len(ids)))))
+    k = cohort_size(len(ids), fraction)
     if k == len(ids):
         return list(ids)
     rng = np.random.default_rng(derive_seed(seed, "sample", round))
@@ -156,6 +163,15 @@ class Server:
         #: how the model's batch-norm layers travel (``bn``: see
         #: :meth:`~fedkit_core.models.fedmodel.FedModel.batch_norm_policy`), set by :meth:`setup`
         self.normalisation: dict[str, Any] = {}
+        #: simulated time (``sites``, aggregation modes); none when deployed, where time is real
+        self.clock = None if deployed else clock_for(config, task.client_ids)
+        #: FedBuff / FedAsync rounds (``aggregation``), see engines/asynchronous.py
+        self.asynchronous: AsynchronousRounds | None = None
+        if config["aggregation"] in ASYNCHRONOUS:
+            cohort = cohort_size(len(task.client_ids), config["sample_fraction"])
+            self.asynchronous = AsynchronousRounds(config, task.client_ids, cohort)
+        if config["aggregation"] != "sync":  # a late or busy client must not hold up a score
+            self.eval_with_fit = False
 
     @property
     def hook(self) -> Any:
@@ -166,16 +182,34 @@ class Server:
         return list(self.task.client_ids)
 
     def send(self, transport: Transport, messages: dict[str, Message]) -> dict[str, Message]:
-        """Deliver ``messages`` and count the bytes each client sent and received."""
+        """Deliver ``messages``, count the bytes each client sent and received and, with a
+        virtual clock, the simulated time the exchange took (see engines/clock.py; with a
+        deadline, a fit message its site cannot start before it is not sent)."""
         if not messages:  # a Poisson sample may be empty
             return {}
-        replies = transport.send(messages)
-        for cid, message in messages.items():
+        if self.clock is None:
+            replies = transport.send(messages)
+            self.count(messages, replies)
+            return replies
+        sent, expired = self.clock.admit(messages)
+        replies = transport.send(sent) if sent else {}
+        replies = self.clock.exchange(sent, replies, self.count(sent, replies), bool(expired))
+        return {cid: replies[cid] if cid in replies else expired[cid] for cid in messages}
+
+    def count(
+        self, messages: Mapping[str, Message], replies: Mapping[str, Message]
+    ) -> dict[str, tuple[int, int]]:
+        """Count the bytes of ``messages`` (down) and ``replies`` (up) in :attr:`traffic`;
+        ``{client id: (down, up)}`` of these."""
+        sizes = {}
+        for cid in dict.fromkeys([*messages, *replies]):
+            down = message_bytes(messages[cid]) if cid in messages else 0
+            up = message_bytes(replies[cid]) if cid in replies else 0
             counts = self.traffic.setdefault(cid, {"down": 0, "up": 0})
-            counts["down"] += message_bytes(message)
-            if cid in replies:
-                counts["up"] += message_bytes(replies[cid])
-        return replies
+            counts["down"] += down
+            counts["up"] += up
+            sizes[cid] = (down, up)
+        return sizes
 
     # ------------------------------------------------------------------ setup
 
@@ -249,6 +283,10 @@ class Server:
         is completed (``on_round``) before this one aggregates."""
         ctx, cfg = self.ctx, self.config
         ctx.round = rnd
+        if self.asynchronous is not None:
+            self.traffic = {}
+            self.observer.on_phase(rnd, "train", 0, self.asynchronous.cohort)
+            return self._round_end(transport, rnd, self.asynchronous.train(self, transport, rnd))
         sampled = self.privacy.sample(self.client_ids, rnd)
         if sampled is None:
             sampled = self._sample(rnd)
@@ -273,9 +311,7 @@ class Server:
         else:
             updates = [_update(cid, replies[cid]) for cid in ok]
             updates = self.privacy.updates(ctx.global_state, updates, dp_state, rnd)
-        new_state, aggregator = self._aggregate(updates, self._asker(transport, rnd, ok))
-        self._check_state(new_state, aggregator, rnd, updates)
-        ctx.global_state = {k: v.detach().cpu() for k, v in new_state.items()}
+        ctx.global_state = self.aggregate(updates, self._asker(transport, rnd, ok), rnd)
         record: dict[str, Any] = {
             "round": rnd,
             "sampled": sampled,
@@ -290,7 +326,28 @@ class Server:
             "global": {},
             "clients": {},
         }
+        return self._round_end(transport, rnd, record)
+
+    def aggregate(
+        self, updates: Sequence[Update], ask: Callable[..., dict[str, Reply]], rnd: int = 0
+    ) -> Arrays:
+        """The next global state from ``updates`` (``fedkit_aggregate``), checked (naming
+        the plugin that made it, see :meth:`_check_state`)."""
+        new_state, aggregator = self._aggregate(list(updates), ask)
+        self._check_state(new_state, aggregator, rnd, updates)
+        return {k: v.detach().cpu() for k, v in new_state.items()}
+
+    def _round_end(self, transport: Transport, rnd: int, record: dict[str, Any]) -> dict[str, Any]:
+        """Round ``rnd``'s traffic and simulated time into its ``record``, then its
+        evaluation: now, or with the next round's fit messages (:attr:`pending`)."""
+        cfg = self.config
         record["bytes"] = self.traffic
+        if self.clock is not None:
+            record["simulated_seconds"] = round(self.clock.now, 3)
+            outages = self.clock.take_outages()
+            if outages:
+                record["outages"] = outages
+        dp_state = self.ctx.states.setdefault("dp", {})
         privacy = self.privacy.record(rnd, dp_state)
         if privacy is not None:
             record["privacy"] = privacy
@@ -367,9 +424,9 @@ class Server:
     def fit_messages(self, sampled: Sequence[str], rnd: int) -> dict[str, Message]:
         """Round ``rnd``'s fit messages: one to each sampled client (the pooled reference
         trains one central party instead, see :mod:`fedkit_core.engines.pooled`)."""
-        return {cid: self._fit_message(cid, rnd) for cid in sampled}
+        return {cid: self.fit_message(cid, rnd) for cid in sampled}
 
-    def _fit_message(self, cid: str, rnd: int) -> Message:
+    def fit_message(self, cid: str, rnd: int) -> Message:
         """The global state and round settings, plus what plugins send this client."""
         payload = Payload()
         for part in self.hook.fedkit_configure_fit(server=self.ctx, client_id=cid):
@@ -390,6 +447,8 @@ class Server:
 
     def _required(self, sampled: int) -> int:
         wanted = self.config["min_clients"]
+        if wanted is None and self.config["aggregation"] == "deadline":
+            wanted = 1  # a deadline drops the late: a round needs one update at least
         return sampled if wanted is None else min(wanted, sampled)
 
     def _failures(
@@ -671,6 +730,8 @@ class Server:
             "seconds": self.seconds,
             "best_state": self.best_state,
             "config_edits": self.config_edits,
+            "clock": self.clock.state() if self.clock is not None else None,
+            "asynchronous": self.asynchronous.state() if self.asynchronous else None,
         }
 
     def restore(self, snap: dict[str, Any]) -> None:
@@ -684,6 +745,10 @@ class Server:
         self.best_state = snap.get("best_state")
         self.privacy.restore(self.ctx.states.get("dp", {}))
         self.config_edits = snap.get("config_edits", [])
+        if self.clock is not None and snap.get("clock") is not None:
+            self.clock.restore(snap["clock"])
+        if self.asynchronous is not None and snap.get("asynchronous") is not None:
+            self.asynchronous.restore(snap["asynchronous"])
 
 
 def _update(cid: str, reply: Message) -> Update:

@@ -10,6 +10,10 @@ the ``compare`` figure (per-round curves with mean ± std bands; PNG, PDF, SVG).
 plugin that a runspec does not use are ignored for that runspec, in ``--set`` pairs and in
 the shared ``--config`` file.
 
+A runspec part naming an aggregation mode (``fedavg+fedbuff``) sets ``aggregation``; with
+``target`` the time each run takes to reach a score is tabulated and drawn too
+(:mod:`fedkit_core.results.timing`, docs/hospitals.md).
+
 With two or more seeds every other runspec is also compared with the first (the baseline)
 seed by seed (:mod:`fedkit_core.metrics.paired`): ``compare.json`` then holds
 ``diff.<runspec>.<metric>`` (mean paired difference, paired-t and bootstrap 95% intervals,
@@ -35,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from fedkit_core.config import load_yaml
+from fedkit_core.config import AGGREGATION_MODES, load_yaml
 from fedkit_core.errors import FedkitError
 from fedkit_core.metrics.paired import paired_difference
 from fedkit_core.plugins import BUILTINS, installed
@@ -71,7 +75,9 @@ POOLED = "pooled"
 
 
 def runspec_layer(spec: str) -> dict[str, Any]:
-    """The config layer a RUNSPEC stands for (``pooled``: the pooled reference)."""
+    """The config layer a RUNSPEC stands for (``pooled``: the pooled reference). A part
+    naming an aggregation mode (``fedavg+fedbuff``, ``fedprox+deadline``) sets
+    ``aggregation``, the others are plugins; ``+dp(...)`` runs the method under DP."""
     if spec.endswith((".yaml", ".yml")) or Path(spec).is_file():
         layer = load_yaml(spec)
         layer.setdefault("plugins", [])
@@ -79,7 +85,13 @@ def runspec_layer(spec: str) -> dict[str, Any]:
     if spec == POOLED:
         return {"plugins": [], "pooled": True}
     method, dp = method_and_dp(spec)  # `fca+dp(eps=4)`: a method under DP (privacy/runspec.py)
-    layer: dict[str, Any] = {"plugins": [p for p in method.split("+") if p and p != "fedavg"]}
+    parts = [p for p in method.split("+") if p and p != "fedavg"]
+    modes = [p for p in parts if p in AGGREGATION_MODES]
+    if len(modes) > 1:
+        raise FedkitError(f"runspec {spec!r} names two aggregation modes: {modes}")
+    layer: dict[str, Any] = {"plugins": [p for p in parts if p not in AGGREGATION_MODES]}
+    if modes:
+        layer["aggregation"] = modes[0]
     return {**layer, "dp": dp} if dp is not None else layer
 
 
@@ -125,6 +137,8 @@ def metric_paths(results: Mapping[str, Any]) -> dict[str, float]:
     out["final.wall_seconds"] = final["wall_seconds"]
     if "privacy" in final:  # a DP run: the epsilon it spent
         out["final.privacy.epsilon"] = final["privacy"]["epsilon"]
+    if "simulated_seconds" in final:
+        out["final.simulated_seconds"] = final["simulated_seconds"]
     return out
 
 
@@ -155,10 +169,12 @@ DIFF = "diff"
 REFERENCES_KEY = "references"
 #: the compare.json key of each runspec's convergence (:mod:`fedkit_core.results.convergence`)
 CONVERGENCE = "convergence"
+#: the compare.json key of the time to a target (``--target``)
+TIME_TO_TARGET = "time_to_target"
 #: compare.json keys that are not runspecs
-RESERVED = (DIFF, CLIENTS, REFERENCES_KEY, CONVERGENCE)
+RESERVED = (DIFF, CLIENTS, REFERENCES_KEY, CONVERGENCE, TIME_TO_TARGET)
 #: the compared numbers where lower is better (all others: higher is better)
-LOWER_IS_BETTER = ("final.fairness.std", "final.wall_seconds")
+LOWER_IS_BETTER = ("final.fairness.std", "final.wall_seconds", "final.simulated_seconds")
 
 
 def paired_table(
@@ -252,6 +268,8 @@ class Comparison:
         """Runspec names for people: references marked (:func:`reference_labels`)."""
         return reference_labels(self.references)
 
+    #: time to the ``--target`` (:func:`fedkit_core.results.timing.target_table`), if asked
+    target: dict[str, Any] | None = None
     #: whether compare.json and the rest were written (not in a read-only folder)
     written: bool = True
 
@@ -585,6 +603,7 @@ def compare(
     jobs: int = 1,
     on_done: Callable[[str, int], None] | None = None,
     reference: str | None = None,
+    target: str | None = None,
 ) -> Comparison:
     """Run every runspec for every seed (reusing or continuing runs of the same config) and
     summarise exactly those runs.
@@ -602,8 +621,14 @@ def compare(
     Folders holding runs of another config, and files in ``out`` that fedkit did not write,
     are refused before anything runs; the summary files of an earlier comparison in ``out``
     (listed in its :data:`MANIFEST`) are removed first, so they never outlive it.
+    ``target`` (``final.global.bacc=0.80``): also the time each run took to reach it
+    (:mod:`fedkit_core.results.timing`: a table in ``compare.md``, ``compare.json`` key
+    ``time_to_target``, the figure ``compare-time``).
     """
     from fedkit_core import api
+    from fedkit_core.results import timing
+
+    goal = timing.parse_target(target) if target is not None else None
 
     out = Path(out)
     if run_one is None:
@@ -645,15 +670,20 @@ def compare(
     clients = clients_section(runs, main, chosen, seeds)
     converged = {spec: convergence(seeds_runs) for spec, seeds_runs in runs.items()}
     bn = {spec: bn_policy(seeds_runs[0]) for spec, seeds_runs in runs.items()}
+    times = timing.target_table(runs, goal) if goal is not None else None
     if not written:
         return Comparison(
-            table, main, list(seeds), diff, references, clients, converged, bn, written=False
+            table, main, list(seeds), diff, references, clients, converged, bn, times, False
         )
     summary = {**table, **({DIFF: diff} if diff else {}), CLIENTS: clients}
+    if times is not None:
+        summary[TIME_TO_TARGET] = times
     write_json(
         out / "compare.json",
         {**summary, REFERENCES_KEY: references, CONVERGENCE: converged},
     )
     write_summary(out, table, runs, main, seeds, diff, references, clients, converged)
+    if times is not None:
+        timing.write_target(out, runs, goal, times)
     outputs.record(labels)
-    return Comparison(table, main, list(seeds), diff, references, clients, converged, bn)
+    return Comparison(table, main, list(seeds), diff, references, clients, converged, bn, times)

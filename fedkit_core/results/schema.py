@@ -25,6 +25,13 @@ validation main metric, or the best clients' mean where no pooled global view ex
 its test scopes), ``bytes`` (totals down and up, setup included), ``wall_seconds`` and, in a
 DP run, ``privacy`` (the mechanism, its parameters, ``epsilon`` spent at ``delta``, what
 evaluation reveals; see docs/privacy.md).
+
+Runs with a virtual clock (``sites``, or an ``aggregation`` other than ``sync``; see
+docs/hospitals.md) also hold ``simulated_seconds`` in every round record (the simulated
+time when the round's training and aggregation ended) and in ``final``; a round record
+holds ``outages`` (``{"client", "from", "to", "waited"}``) when a site's work waited
+for one, and asynchronous rounds hold ``updates`` (per applied update: ``client``,
+``version`` trained on, ``staleness``, ``weight``, ``arrived``) and ``server_updates``.
 """
 
 from __future__ import annotations
@@ -141,6 +148,8 @@ def build_results(
         "wall_seconds": round(wall_seconds, 3),
         "bytes": traffic_totals(records, setup_bytes),
     }
+    if records and "simulated_seconds" in records[-1]:  # a virtual clock's (sites, aggregation)
+        final["simulated_seconds"] = records[-1]["simulated_seconds"]
     evaluated = _evaluated(records)
     scored = [r for r in evaluated if has_test(r)]
     if scored:  # the last round always has test scores; a running run's last may not

@@ -1,5 +1,5 @@
 """``test-faults``: a fedkit plugin that makes one client fail in one round, for the fault
-tests of every engine (raise, hang, or exit its process).
+tests of every engine (raise, hang, or exit its process), or one client slow in every round.
 
 It is found by name in any process whose Python path holds this folder (the ``.dist-info``
 beside it declares the entry point), so the same fault crosses into Ray workers and deployed
@@ -30,12 +30,22 @@ def fedkit_options():
             "(default 1)",
         ),
         Option("dir", str, "", "folder for the attempt counters (shared by all processes)"),
+        Option(
+            "slow",
+            "list[str]",
+            [],
+            "CLIENT:SECONDS: the client sleeps this long before each of its fits (a slow site)",
+        ),
     ]
 
 
 @hookimpl
 def fedkit_round_start(client):
     opts = client.options()
+    for slow in opts["slow"]:
+        cid, seconds = slow.split(":")
+        if cid == client.id:
+            time.sleep(float(seconds))
     for fault in opts["faults"]:
         kind, cid, rnd, *times = fault.split(":")
         if cid == client.id and int(rnd) == client.round:

@@ -78,6 +78,11 @@ class FlowerTransport:
         self.packed = packed  # all arrays of a message in one Flower Array (see packing.py)
         self.nodes: dict[str, int] = {}  # client id -> node id
         self.setup_scalars: dict[str, Any] = {}  # added to every setup message
+        #: ``aggregation=deadline`` when deployed: seconds a fit message may take
+        self.fit_deadline: float | None = None
+        #: messages pushed by :meth:`push` whose replies :meth:`pull` has not handed back:
+        #: Flower message id -> (client id, kind, deadline on the monotonic clock or None)
+        self.waiting: dict[str, tuple[str, str, float | None]] = {}
 
     def send(self, messages: dict[str, Message]) -> dict[str, Message]:
         replies = self.exchange({self.nodes[cid]: m for cid, m in messages.items()})
@@ -114,46 +119,90 @@ class FlowerTransport:
             return {}
         first = next(iter(messages.values()))
         rnd = int(first.scalars.get("round", 0))
-        outgoing = []
-        for node, message in messages.items():
-            if message.kind == "setup":
-                message = Message(
-                    "setup", message.arrays, {**message.scalars, **self.setup_scalars}
-                )
-            extra = {} if self.deadline is None else {"ttl": self.deadline}
-            content = to_records(message)
-            outgoing.append(
-                FlowerMessage(
-                    pack(content) if self.packed else content,
-                    dst_node_id=node,
-                    message_type=MESSAGE_TYPES[message.kind],
-                    group_id=str(rnd),
-                    # a client that misses the deadline must not train on into the next round
-                    **extra,
-                )
-            )
-        received = self._collect(outgoing)
+        deadline = self._deadline(first.kind)
+        outgoing = [self._outgoing(node, message, deadline) for node, message in messages.items()]
+        received = self._collect(outgoing, deadline)
         out: dict[int, Message] = {}
         for (node, message), sent in zip(messages.items(), outgoing):
             reply = received.get(sent.metadata.message_id)
             if reply is None:
                 out[node] = Message(
-                    message.kind, error=f"no reply within {self.deadline} s (node {node})"
+                    message.kind, error=f"no reply within {deadline} s (node {node})"
                 )
-            elif reply.has_error():
-                out[node] = Message(message.kind, error=_error_text(reply.error))
             else:
-                out[node] = from_records(unpack(reply.content), message.kind)
+                out[node] = _reply(reply, message.kind)
         phase = str(first.scalars.get("query", first.kind))
         self.observer.on_phase(rnd, phase, len(messages), len(messages))
         return out
 
-    def _collect(self, outgoing: list[FlowerMessage]) -> dict[str, FlowerMessage]:
+    def _deadline(self, kind: str) -> float | None:
+        """Seconds a message of ``kind`` may take (``None``: no limit)."""
+        limits = [self.deadline] + ([self.fit_deadline] if kind == "fit" else [])
+        limits = [d for d in limits if d is not None]
+        return min(limits) if limits else None
+
+    def _outgoing(self, node: int, message: Message, deadline: float | None) -> FlowerMessage:
+        """``message`` as a Flower message to ``node``."""
+        if message.kind == "setup":
+            message = Message("setup", message.arrays, {**message.scalars, **self.setup_scalars})
+        # a client that misses the deadline must not train on into the next round
+        extra = {} if deadline is None else {"ttl": deadline}
+        content = to_records(message)
+        return FlowerMessage(
+            pack(content) if self.packed else content,
+            dst_node_id=node,
+            message_type=MESSAGE_TYPES[message.kind],
+            group_id=str(message.scalars.get("round", 0)),
+            **extra,
+        )
+
+    def push(self, messages: dict[str, Message]) -> None:
+        """Send ``messages`` (by client id) without waiting: :meth:`pull` hands the replies
+        back as they come (asynchronous aggregation, in real time)."""
+        sent = {
+            cid: self._outgoing(self.nodes[cid], m, self._deadline(m.kind))
+            for cid, m in messages.items()
+        }
+        pushed = {str(mid) for mid in self.grid.push_messages(list(sent.values())) if mid}
+        now = time.monotonic()
+        for cid, flower_message in sent.items():
+            mid, kind = str(flower_message.metadata.message_id), messages[cid].kind
+            limit = self._deadline(kind)
+            self.waiting[mid] = (cid, kind, None if limit is None else now + limit)
+            if mid not in pushed:  # answered at the next pull
+                self.waiting[mid] = (cid, kind, now)
+
+    def pull(self) -> list[tuple[str, Message]]:
+        """Replies to :meth:`push`'s messages, as ``(client id, reply)``: waits until at
+        least one has come (or a message's deadline has passed: a failed reply)."""
+        pause = self.first_pause
+        while self.waiting:
+            out = []
+            for reply in self.grid.pull_messages(list(self.waiting)):
+                cid, kind, _ = self.waiting.pop(reply.metadata.reply_to_message_id)
+                out.append((cid, _reply(reply, kind)))
+            now = time.monotonic()
+            for mid, (cid, kind, stop) in list(self.waiting.items()):
+                if stop is not None and now >= stop:
+                    del self.waiting[mid]
+                    out.append(
+                        (cid, Message(kind, error=f"no reply in time (node {self.nodes[cid]})"))
+                    )
+            if out:
+                order = {cid: k for k, cid in enumerate(self.nodes)}
+                return sorted(out, key=lambda item: order[item[0]])
+            time.sleep(pause)
+            pause = min(self.max_pause, pause * 1.5)
+        raise FedkitError("pull: no message is waiting for a reply")
+
+    def _collect(
+        self, outgoing: list[FlowerMessage], deadline: float | None
+    ) -> dict[str, FlowerMessage]:
         """Push ``outgoing`` and pull the replies, by the id of the message they answer,
-        until all came or the deadline passed. Polls after ``first_pause``, backing off to
-        ``max_pause``: a reply is seen soon after it arrives without loading the SuperLink."""
+        until all came or the ``deadline`` passed. Polls after ``first_pause``, backing off
+        to ``max_pause``: a reply is seen soon after it arrives without loading the SuperLink."""
         ids = {str(mid) for mid in self.grid.push_messages(outgoing) if mid}
-        stop = None if self.deadline is None else time.monotonic() + self.deadline
+        stop = None if deadline is None else time.monotonic() + deadline
         received: dict[str, FlowerMessage] = {}
         pause = self.first_pause
         while ids:
@@ -167,6 +216,13 @@ class FlowerTransport:
             time.sleep(pause)
             pause = min(self.max_pause, pause * 1.5)
         return received
+
+
+def _reply(reply: FlowerMessage, kind: str) -> Message:
+    """A Flower reply as a fedkit reply of ``kind`` (failed on a Flower error)."""
+    if reply.has_error():
+        return Message(kind, error=_error_text(reply.error))
+    return from_records(unpack(reply.content), kind)
 
 
 def _error_text(error: Error) -> str:
@@ -266,6 +322,13 @@ def serve(
         first_pause=pause if deployed else FIRST_PAUSE,
     )
     task = describe(transport, wait_for_nodes(grid, nodes, opts["wait"]))
+    if deployed and cfg["sites"] is not None:
+        raise FedkitError(
+            "`sites` simulates the hospitals' time for a simulation; a deployment runs on the "
+            "real ones: drop `sites` (aggregation modes work on real time there)"
+        )
+    if deployed and cfg["aggregation"] == "deadline":
+        transport.fit_deadline = cfg["deadline"]
     server = Server(cfg, plugin_set, task, pick_device(cfg["device"]), observer, deployed)
     transport.setup_scalars = {TASK_KEY: json.dumps(task.to_dict())}
     return drive(

@@ -37,6 +37,12 @@ from fedkit_fed_lwr.similarity import MEASURES, layer_similarity
 from fedkit_fed_lwr.weights import DEFAULT_CLIP, client_weights, layer_weights, reaggregate
 
 fedkit_api = 2
+#: why aggregation=fedbuff/fedasync cannot run Fed-LWR (see fedkit_core/engines/asynchronous.py)
+fedkit_asynchronous = (
+    "its layer-wise weights come from an extra round trip in which every client of the "
+    "round scores the same anchor batch with its model (CKA): asynchronous updates arrive "
+    "one by one, trained on different global models, with no round of clients to ask"
+)
 
 QUERY = "fed-lwr.cka"
 PREFIX = QUERY + "."

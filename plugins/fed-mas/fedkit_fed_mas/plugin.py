@@ -40,6 +40,9 @@ from fedkit_fed_mas.mas import (
 )
 
 fedkit_api = 2
+#: Fed-MAS's aggregation weighs the updates it is given by their reported RF, and nothing
+#: else: it holds for FedBuff's buffered, staleness-weighted updates as for a round's
+fedkit_asynchronous = True
 
 ENCODER = "fed-mas.encoder"  # client prior
 CACHE = "fed-mas.prior-cache"  # client prior: the encoder's features of the training samples

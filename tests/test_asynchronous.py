@@ -1,0 +1,164 @@
+"""FedBuff and FedAsync: the server updates of their papers from the updates as they
+arrive in simulated time, the plugins whose aggregation allows them (and the reason for the
+others), determinism, resume, and the runspec syntax of ``fedkit compare``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedkit_core import hookimpl, resume, run
+from fedkit_core.engines.asynchronous import staleness_weight
+from fedkit_core.engines.server import Server
+from fedkit_core.errors import FedkitError
+from fedkit_core.messages import Message
+from fedkit_core.resolve import resolve_config
+from fedkit_core.results.compare import runspec_layer
+from fedkit_core.tasks.base import CLASSIFICATION, TaskInfo
+from fedkit_core.testing import InterruptAfter, tiny
+
+IDS = ["p0", "p1", "p2"]
+STEP = {"p0": 1.0, "p1": 10.0, "p2": 100.0}  # what each client adds to the model it gets
+SIZE = {"p0": 10, "p1": 20, "p2": 20}
+SITES = {  # p2 five times slower: its updates arrive stale
+    "base": {"samples_per_second": 100},
+    "profiles": {"fast": {"compute": "1x"}, "slow": {"compute": "0.2x"}},
+    "clients": {"p2": "slow", "*": "fast"},
+}
+
+
+class Adding:
+    """A transport whose client k answers a fit with the model it got plus ``STEP[k]``."""
+
+    def send(self, messages: dict[str, Message]) -> dict[str, Message]:
+        return {
+            cid: Message("fit", {"w": m.arrays["w"] + STEP[cid]}, {"num_examples": SIZE[cid]})
+            for cid, m in messages.items()
+        }
+
+
+def server_of(**config) -> Server:
+    cfg, plugins = resolve_config(tiny(**{"sites": SITES, **config}))
+    task = TaskInfo("toy", CLASSIFICATION, ["a", "b"], 1, (2, 2), IDS)
+    server = Server(cfg, plugins, task, torch.device("cpu"))
+    server.ctx.global_state = {"w": torch.zeros(2, dtype=torch.float64)}
+    return server
+
+
+def test_fedbuff_applies_staleness_weighted_changes_every_buffer():
+    server = server_of(aggregation="fedbuff", rounds=6)
+    rounds = [server.asynchronous.train(server, Adding(), r) for r in range(1, 7)]
+    updates = [u for r in rounds for u in r["updates"]]
+    assert [len(r["updates"]) for r in rounds] == [3] * 6  # a round: 3 updates
+    assert all(r["server_updates"] == 1 for r in rounds)  # buffer = concurrency = 3
+    # the fast clients come back more often; the slow one's update is stale
+    assert sum(u["client"] == "p2" for u in updates) < sum(u["client"] == "p0" for u in updates)
+    assert max(u["staleness"] for u in updates if u["client"] == "p2") >= 1
+    x = 0.0
+    for k in range(0, len(updates), 3):  # FedBuff with FedAvg's weights (num_examples)
+        buffer = updates[k : k + 3]
+        total = sum(SIZE[u["client"]] for u in buffer)
+        x += sum(SIZE[u["client"]] / total * u["weight"] * STEP[u["client"]] for u in buffer)
+        assert all(u["weight"] == pytest.approx((1 + u["staleness"]) ** -0.5) for u in buffer)
+    assert server.ctx.global_state["w"].tolist() == pytest.approx([x, x])
+
+
+def test_fedasync_mixes_each_update_in_as_it_arrives():
+    server = server_of(aggregation="fedasync", rounds=2)
+    versions = [0.0]  # the global model after each server update
+    for rnd in (1, 2):
+        record = server.asynchronous.train(server, Adding(), rnd)
+        assert record["server_updates"] == 3
+        for u in record["updates"]:
+            assert u["weight"] == pytest.approx(0.6 * (1 + u["staleness"]) ** -0.5)
+            trained = versions[u["version"]] + STEP[u["client"]]
+            versions.append((1 - u["weight"]) * versions[-1] + u["weight"] * trained)
+    assert server.ctx.global_state["w"].tolist() == pytest.approx([versions[-1]] * 2)
+
+
+def test_a_round_without_staleness_is_fedavg():
+    server = server_of(aggregation="fedbuff", sites=None, rounds=1)
+    record = server.asynchronous.train(server, Adding(), 1)
+    assert [u["staleness"] for u in record["updates"]] == [0, 0, 0]
+    expected = sum(SIZE[c] * STEP[c] for c in IDS) / sum(SIZE.values())
+    assert server.ctx.global_state["w"].tolist() == pytest.approx([expected] * 2)
+
+
+def test_staleness_weights():
+    cfg, _ = resolve_config(tiny(aggregation="fedbuff"))
+    assert staleness_weight(cfg, 0) == 1.0 and staleness_weight(cfg, 3) == pytest.approx(0.5)
+    cfg, _ = resolve_config(tiny(aggregation="fedbuff", **{"async": {"staleness": "constant"}}))
+    assert staleness_weight(cfg, 7) == 1.0
+
+
+def timeless(records):
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in records]
+
+
+TINY_SITES = {  # site2 ten times slower
+    "base": {"samples_per_second": 100},
+    "profiles": {"fast": {"compute": "1x"}, "slow": {"compute": "0.1x"}},
+    "clients": {"site2": "slow", "*": "fast"},
+}
+
+
+def test_an_asynchronous_run_resumes_exactly(tmp_path):
+    """Interrupted after round 2 with updates in flight and in the buffer (site2's), then
+    resumed: the records of an uninterrupted run."""
+    config = tiny(rounds=3, aggregation="fedbuff", sites=TINY_SITES, checkpoint=True)
+    config["async"] = {"buffer": 2}
+    whole = run(config, out=tmp_path / "whole")
+    with pytest.raises(KeyboardInterrupt):
+        run(config, out=tmp_path / "cut", observer=InterruptAfter(2))
+    resumed = resume(tmp_path / "cut")
+    assert timeless(resumed.rounds) == timeless(whole.rounds)
+    assert resumed.final["global"] == whole.final["global"]
+    assert whole.final["simulated_seconds"] == whole.rounds[-1]["simulated_seconds"]
+    times = [u["arrived"] for r in whole.rounds for u in r["updates"]]
+    assert times == sorted(times)  # updates applied in order of their simulated arrival
+
+
+def test_fedbuff_finishes_its_rounds_sooner_than_sync_with_a_straggler():
+    sync = run(tiny(rounds=3, sites=TINY_SITES))
+    buffered = run(tiny(rounds=3, sites=TINY_SITES, aggregation="fedbuff"))
+    assert buffered.final["simulated_seconds"] < sync.final["simulated_seconds"] / 2
+
+
+class OwnAggregation:
+    @hookimpl
+    def fedkit_aggregate(self, server, updates, ask):
+        return None
+
+
+class DeclaredAggregation(OwnAggregation):
+    fedkit_asynchronous = True
+
+
+class Asking:
+    @hookimpl
+    def fedkit_answer_query(self, client, query, arrays, scalars):
+        return None
+
+
+def test_plugins_whose_aggregation_needs_a_synchronous_round_are_refused_with_the_reason():
+    with pytest.raises(FedkitError, match="fed-lwr.*every client of the round scores"):
+        resolve_config(tiny(plugins=["fed-lwr"], aggregation="fedbuff"))
+    with pytest.raises(FedkitError, match="was written for synchronous rounds"):
+        resolve_config(tiny(aggregation="fedasync"), plugins={"mine": OwnAggregation()})
+    resolve_config(tiny(aggregation="fedasync"), plugins={"mine": DeclaredAggregation()})
+    with pytest.raises(FedkitError, match="asks the round's clients an extra question"):
+        resolve_config(tiny(aggregation="fedbuff"), plugins={"asking": Asking()})
+    resolve_config(tiny(plugins=["fedprox"], aggregation="fedbuff"))  # client-side only
+    resolve_config(tiny(plugins=["fed-lwr"], aggregation="deadline", deadline=60))
+    with pytest.raises(FedkitError, match="needs `deadline`"):
+        resolve_config(tiny(aggregation="deadline"))
+    with pytest.raises(FedkitError, match="is for aggregation=deadline"):
+        resolve_config(tiny(deadline=3))
+
+
+def test_a_runspec_part_naming_an_aggregation_mode_sets_it():
+    assert runspec_layer("fedavg+fedbuff") == {"plugins": [], "aggregation": "fedbuff"}
+    assert runspec_layer("fedprox+fedasync") == {"plugins": ["fedprox"], "aggregation": "fedasync"}
+    assert runspec_layer("fedprox") == {"plugins": ["fedprox"]}
+    with pytest.raises(FedkitError, match="two aggregation modes"):
+        runspec_layer("fedbuff+fedasync")
