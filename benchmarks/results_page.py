@@ -178,9 +178,11 @@ METHODS = [
         "Wang and Lyu, KDD 2025, Table 3: on chest X-ray pneumonia with six clients holding "
         "60/20/8/6/4/2% of the data (two large), every client's accuracy rises over FedAvg "
         "(+2.3 to +11.6%), the small clients' most.",
-        "PneumoniaMNIST at 28 px with the paper's client fractions (c0, c1 large), small "
-        "model ResNet-20 (as the paper), large private model and APIs as in "
-        "benchmarks/results/pneumonia-fedhelp.yaml.",
+        "PneumoniaMNIST at 28 px with the paper's client fractions (c0, c1 large), the small "
+        "CNN as the shared small model and a CIFAR ResNet-20 as the large private one (the "
+        "paper: ResNet-20 and ResNet-110), 40 rounds, offline knowledge from two frozen "
+        "pretrained encoders with linear probes on RetinaMNIST's images (the paper: CLIP "
+        "zero-shot on CIFAR-100).",
         _cfg("pneumonia-fedhelp"),
         "fedavg",
         "fedhelp",
