@@ -22,6 +22,7 @@ from fedkit_core.aggregation import average_entry, weighted_average
 from fedkit_core.config import Config
 from fedkit_core.engines.context import ClientContext, ServerContext, derive_seed
 from fedkit_core.engines.server import lr_at
+from fedkit_core.engines.snapshot import read_snapshot
 from fedkit_core.errors import FedkitError
 from fedkit_core.hookspecs import API_VERSION, Ask, hookimpl
 from fedkit_core.knowledge import (
@@ -86,6 +87,7 @@ __all__ = [
     "lr_at",
     "markdown_table",
     "plugin_scope",
+    "read_snapshot",
     "save_knowledge",
     "weight_map",
     "weight_maps",

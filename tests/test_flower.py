@@ -383,7 +383,7 @@ def test_a_crashed_run_resumes_on_flower_to_the_uninterrupted_results(tmp_path):
     # private head, plugin state and optimiser moments came back from each node's checkpoint
     assert [r["train"]["site0"]["personal.fits"] for r in resumed.rounds] == [1, 2, 3]
     for cid in ("site0", "site1", "site2"):
-        kept = sorted(p.name for p in (out / "checkpoint" / "clients" / cid).iterdir())
+        kept = sorted(p.name for p in (out / "checkpoint" / "clients" / cid).glob("*.pt"))
         assert kept == ["r2.pt", "r3.pt"]
 
 

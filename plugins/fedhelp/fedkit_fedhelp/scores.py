@@ -37,7 +37,7 @@ def statistics(logits: torch.Tensor) -> dict[str, float | list[float]]:
 def client_scores(run_dir: Path) -> dict[str, torch.Tensor]:
     """Each client's score logits from its newest checkpoint under ``run_dir`` (clients
     without scores, the large ones, are left out)."""
-    from fedkit_core.engines.snapshot import read_snapshot
+    from fedkit_core.plugin import read_snapshot  # a client checkpoint, for this report
 
     out = {}
     for folder in sorted(Path(run_dir).glob("**/clients/*")):
