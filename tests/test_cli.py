@@ -287,3 +287,21 @@ def test_plugins_tasks_data_and_report_commands(tmp_path, tiny_yaml, capsys):
     assert main(["report", str(run_dir), str(run_dir), "--out", str(tmp_path / "rep.png")]) == 0
     assert (tmp_path / "rep.png").is_file()
     assert capsys.readouterr().out.count("fedavg") == 2  # a row per run
+
+
+def test_a_wide_comparison_is_printed_in_tables_that_fit_the_console():
+    from rich.console import Console
+
+    from fedkit_core.cli.display import print_rows
+
+    specs = [f"method{i}" for i in range(13)]
+    rows = [{"metric": m, **{s: f"0.{i}123 ± 0.0456" for i, s in enumerate(specs)}} for m in "ab"]
+    console = Console(width=80, record=True, force_terminal=False)
+    print_rows(console, rows, "mean ± std")
+    text = console.export_text()
+    assert all(len(line) <= 80 for line in text.splitlines())
+    assert "…" not in text  # nothing cut off
+    for s in specs:
+        assert s in text
+    parts = text.count("metric")
+    assert parts > 1 and f"(1/{parts})" in text  # the first column repeated in every part

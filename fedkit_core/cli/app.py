@@ -159,7 +159,7 @@ def compare(
     of the clients' training data (not federated), with the federation's number of steps;
     `solo` is the local reference. Both are marked as references in tables and figures."""
     from fedkit_core import api
-    from fedkit_core.cli.display import rows_table
+    from fedkit_core.cli.display import print_rows, rows_table
     from fedkit_core.errors import FedkitError
     from fedkit_core.resolve import resolve_config
     from fedkit_core.results import compare as cmp
@@ -225,19 +225,19 @@ def compare(
     )
     if not quiet:
         seeds_text = ", ".join(map(str, found.seeds))
-        console.print(rows_table(found.rows(), f"mean ± std over seeds {seeds_text}, last round"))
+        print_rows(console, found.rows(), f"mean ± std over seeds {seeds_text}, last round")
         if found.references:
             console.print(cmp.references_note(found.references))
         if found.convergence:
             console.print(convergence_note(found.convergence))
         if found.diff:
-            console.print(rows_table(found.diff_rows(), cmp.diff_note(runspecs[0], found.seeds)))
+            print_rows(console, found.diff_rows(), cmp.diff_note(runspecs[0], found.seeds))
         metric = metric_name(found.clients.get("metric", found.main), short=True)
         if found.client_rows():
-            console.print(rows_table(found.client_rows(), f"test {metric} per client"))
+            print_rows(console, found.client_rows(), f"test {metric} per client")
         if found.gain_rows():
             title = f"gain in test {metric} over {found.clients['reference']} per client"
-            console.print(rows_table(found.gain_rows(), title))
+            print_rows(console, found.gain_rows(), title)
             for note in found.clients["notes"]:
                 console.print(note)
     if found.target is not None:

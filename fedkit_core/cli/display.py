@@ -196,6 +196,29 @@ def _megabytes(n: float) -> str:
     return f"{n / 1e6:.2f} MB"
 
 
+def print_rows(console: Console, rows: Sequence[Mapping[str, Any]], title: str = "") -> None:
+    """Print ``rows`` as :func:`rows_table`, in several tables when their columns do not fit
+    the console side by side (e.g. a comparison of many runspecs): each table repeats the
+    first column and takes as many of the others as fit, so no number is cut off."""
+    if not rows:
+        return
+    columns = list(rows[0])
+
+    def width(column: str) -> int:
+        return max(len(str(column)), *(len(_fmt(r.get(column))) for r in rows)) + 1
+
+    groups: list[list[str]] = []
+    room = console.width - width(columns[0])
+    for column in columns[1:]:
+        if not groups or sum(map(width, groups[-1])) + width(column) > room:
+            groups.append([])
+        groups[-1].append(column)
+    for n, group in enumerate(groups or [[]]):
+        part = [{c: r.get(c) for c in (columns[0], *group)} for r in rows]
+        more = f" ({n + 1}/{len(groups)})" if len(groups) > 1 else ""
+        console.print(rows_table(part, title + more if title else more.strip()))
+
+
 def rows_table(rows: Sequence[Mapping[str, Any]], title: str = "") -> Table:
     """One row per mapping; text columns wrap, numbers never do."""
     table = Table(
