@@ -44,6 +44,7 @@ from fedkit_core.results.compare import (
 from fedkit_core.results.compare import metric_label as label
 from fedkit_core.results.convergence import convergence_note
 from fedkit_core.results.schema import Results
+from fedkit_core.results.store import write_text
 
 CONFIGS = Path("benchmarks/results")
 FIGURES = Path("docs/figures/results")
@@ -418,6 +419,12 @@ Times are this machine's, with other jobs sharing it.
 """
 
 
+def not_run(method: Method) -> dict[str, str]:
+    """The summary line of a method this regeneration did not run (``--only``, or not yet)."""
+    claim = "; ".join(c.text for c in method.claims)
+    return {"method": method.name, "claim": claim, "verdict": "not run here", "converged": "-"}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke size: 2 rounds")
@@ -447,8 +454,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         summary.append(line)
         missing = [m.name for m in wanted[n + 1 :]]
         tail = [f"\n(Not yet run in this regeneration: {', '.join(missing)}.)\n"] if missing else []
-        table = rows_markdown([{k.capitalize(): v for k, v in s.items()} for s in summary])
-        args.page.write_text("\n".join([*head, table, *body, *tail]))  # a partial page survives
+        rows = summary + [
+            not_run(m) for m in METHODS if m.name not in {r["method"] for r in summary}
+        ]
+        table = rows_markdown([{k.capitalize(): v for k, v in r.items()} for r in rows])
+        write_text(args.page, "\n".join([*head, table, *body, *tail]))  # a partial page survives
     print(f"wrote {args.page}")
 
 

@@ -23,6 +23,7 @@ def test_the_five_seed_methods_each_have_a_claim_and_a_config():
     for method in page.METHODS:
         assert method.claims and (ROOT / method.config).is_file(), method.name
         assert method.runspecs[2:] == ["pooled", "solo"]  # the references beside each method
+        assert page.not_run(method)["verdict"] == "not run here"  # never a verdict unrun
 
 
 @pytest.mark.parametrize("method", page.METHODS, ids=lambda m: m.slug)
