@@ -205,10 +205,10 @@ def print_rows(console: Console, rows: Sequence[Mapping[str, Any]], title: str =
     columns = list(rows[0])
 
     def width(column: str) -> int:
-        return max(len(str(column)), *(len(_fmt(r.get(column))) for r in rows)) + 1
+        return max(len(str(column)), *(len(_fmt(r.get(column))) for r in rows)) + 2
 
     groups: list[list[str]] = []
-    room = console.width - width(columns[0])
+    room = console.width - 2 - width(columns[0])  # the table's edges
     for column in columns[1:]:
         if not groups or sum(map(width, groups[-1])) + width(column) > room:
             groups.append([])
