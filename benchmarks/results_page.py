@@ -25,7 +25,7 @@ import argparse
 import shlex
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,8 @@ class Method:
     ablations: tuple[Ablation, ...] = ()
     quick: tuple[str, ...] = ("rounds=2",)
     extra_metrics: tuple[str, ...] = field(default=())
+    #: a measurement without training that bears on the verdict (lines of the page)
+    diagnosis: Callable[[Method], list[str]] | None = None
 
     @property
     def runspecs(self) -> list[str]:
@@ -110,6 +112,57 @@ class Method:
 
 def _cfg(name: str) -> str:
     return f"{CONFIGS}/{name}.yaml"
+
+
+#: the eight OCT-C8 classes of FedCB's paper, for its class-separation diagnosis
+OCT_C8 = (
+    "age-related macular degeneration",
+    "choroidal neovascularization",
+    "central serous retinopathy",
+    "diabetic macular edema",
+    "diabetic retinopathy",
+    "drusen",
+    "macular hole",
+    "normal",
+)
+
+
+def separation(encoder: str, names: Sequence[str], prompts: Sequence[str]) -> tuple[float, ...]:
+    """Mean, smallest and largest pairwise cosine between the class means FedCB's frozen
+    classifier gets from ``encoder`` for ``names`` (near 1: nearly parallel class vectors)."""
+    import torch
+    import torch.nn.functional as F
+    from fedkit_fedcb.classifier import class_statistics
+    from fedkit_fedcb.encoders import text_embeddings
+
+    texts = [[t.format(n) for t in prompts] for n in names]
+    mu, _ = class_statistics(text_embeddings(encoder, None, texts, names))
+    mu = F.normalize(mu, dim=-1)
+    off = (mu @ mu.T)[~torch.eye(len(names), dtype=torch.bool)]
+    return float(off.mean()), float(off.min()), float(off.max())
+
+
+def class_separation(method: Method) -> list[str]:
+    """FedCB's frozen classifier is the text encoder's class means: how far apart are they
+    for the config's class names, and for the paper's OCT-C8 classes (same encoder, prompts)?"""
+    from fedkit_fedcb.plugin import DEFAULT_PROMPTS
+
+    opts = load_yaml(method.config)["fedcb"]
+    prompts = opts.get("prompts", DEFAULT_PROMPTS)
+    here = separation(opts["encoder"], opts["class_names"], prompts)
+    paper = separation(opts["encoder"], OCT_C8, prompts)
+    return [
+        f"**Diagnosis (no training): how separable is the frozen classifier?** With "
+        f"`{opts['encoder']}` and the default prompts, the {len(opts['class_names'])} class "
+        f"means of this data set's class names have a mean pairwise cosine of {here[0]:.3f} "
+        f"(from {here[1]:.3f} to {here[2]:.3f}); the paper's eight OCT-C8 class names, "
+        f"through the same encoder and prompts: {paper[0]:.3f} ({paper[1]:.3f} to "
+        f"{paper[2]:.3f}). Ordinal grades of one disease named in words ('mild', 'moderate', "
+        "'severe' diabetic retinopathy) give a frozen classifier nearly parallel class "
+        "vectors; the paper's classes are distinct diseases. (Computed by "
+        "`benchmarks/results_page.py`'s `class_separation`.)",
+        "",
+    ]
 
 
 METHODS = [
@@ -158,6 +211,7 @@ METHODS = [
         f"{CONFIGS}/fedavg-ce.yaml",
         f"{CONFIGS}/fedcb.yaml",
         (Claim("best.global.bacc"),),
+        diagnosis=class_separation,
     ),
     Method(
         "Fed-LWR",
@@ -346,6 +400,8 @@ def section(
         f"**Verdict: {'reproduced' if reproduced else 'not reproduced'}.** " + " ".join(sentences),
         "",
     ]
+    if method.diagnosis is not None:
+        lines += method.diagnosis(method)
     for ablation in method.ablations:
         lines += ablation_section(method, ablation, sets, seeds, out, jobs)
     summary = {

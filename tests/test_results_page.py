@@ -114,3 +114,19 @@ def test_every_client_must_gain_significantly_for_a_per_client_claim():
     assert ok and "2 of 2 clients gain significantly" in said[0]
     ok, said = page.judge(claim, found, {"fedavg": runs(base), "fca": runs(one)}, seeds)
     assert not ok and "1 of 2 clients gain significantly" in said[0]
+
+
+def test_fedcbs_diagnosis_measures_how_far_apart_its_class_vectors_are(monkeypatch):
+    pytest.importorskip("fedkit_fedcb")
+    monkeypatch.chdir(ROOT)
+    fedcb = next(m for m in page.METHODS if m.slug == "fedcb")
+    opts = load_yaml(fedcb.config)["fedcb"]
+    prompts = ["a fundus photograph of {}", "{} in a retinal image"]
+    try:
+        grades = page.separation(opts["encoder"], opts["class_names"], prompts)
+    except Exception as err:  # the offline text encoder is an extra (fedkit-fedcb[offline])
+        pytest.skip(f"text encoder unavailable: {err}")
+    diseases = page.separation(opts["encoder"], page.OCT_C8, prompts)
+    assert -1 <= diseases[1] <= diseases[0] <= diseases[2] <= 1
+    assert diseases[0] < grades[0]  # grades of one disease lie closer than distinct diseases
+    assert "mean pairwise cosine" in fedcb.diagnosis(fedcb)[0]
