@@ -70,12 +70,12 @@ def run_resolved(
         return engine.execute(cfg, plugin_set, None, observer, resume=False)
     run_dir = RunDir(out)
     if reuse and run_dir.is_run():  # a complete run is only read: it may be read-only
-        run_dir.require_config(cfg.nested())
+        run_dir.require_config(cfg.nested(), cfg.defaults())
         if (done := _complete(run_dir)) is not None:
             return done
     with run_dir.lock():
         if reuse and run_dir.is_run():
-            run_dir.require_config(cfg.nested())
+            run_dir.require_config(cfg.nested(), cfg.defaults())
             done = _complete(run_dir)
             return done if done is not None else _continue(run_dir, cfg, plugin_set, observer)
         run_dir.create(cfg.nested())

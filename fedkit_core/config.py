@@ -312,6 +312,10 @@ class Config(Mapping[str, Any]):
     def options(self) -> Mapping[str, Option]:
         return self._options
 
+    def defaults(self) -> dict[str, Any]:
+        """Every key's default (what an option added to fedkit gives a run made before it)."""
+        return {key: option.default for key, option in self._options.items()}
+
     def section(self, prefix: str) -> dict[str, Any]:
         """The keys under ``prefix.`` with the prefix removed (a plugin's or task's options)."""
         start = prefix + "."

@@ -122,3 +122,19 @@ def test_a_run_holds_its_lock_while_it_is_written(tmp_path):
     run(tiny(rounds=2), out=tmp_path / "r", observer=Watch())
     assert len(seen) == 2 and len(set(seen)) == 1
     assert not (tmp_path / "r" / "run.lock").exists()
+
+
+def test_a_run_made_before_an_option_existed_is_reused_while_the_option_is_at_its_default(
+    tmp_path,
+):
+    out = tmp_path / "r"
+    first = run(tiny(rounds=1), out=out)
+    run_dir = RunDir(out)
+    older = run_dir.load_config()
+    del older["bn"]  # as written by a fedkit without the `bn` option
+    run_dir.save_config(older)
+    stamp = run_dir.results.stat().st_mtime_ns
+    again = run(tiny(rounds=1), out=out, reuse=True)  # bn=average: what it did before
+    assert again.final == first.final and run_dir.results.stat().st_mtime_ns == stamp
+    with pytest.raises(FedkitError, match=r"another config \(bn: - -> local\)"):
+        run(tiny(rounds=1, bn="local"), out=out, reuse=True)

@@ -585,7 +585,8 @@ def refuse_foreign_runs(plan: Sequence[tuple[str, int, Path, list[Mapping[str, A
     for _, _, path, layers in plan:
         if RunDir(path).is_run():
             try:
-                RunDir(path).require_config(resolve_config(layers)[0].nested())
+                cfg = resolve_config(layers)[0]
+                RunDir(path).require_config(cfg.nested(), cfg.defaults())
             except FedkitError as err:
                 problems.append(str(err))
     if problems:

@@ -233,6 +233,15 @@ def config_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def only_new_defaults(
+    old: Mapping[str, Any], new: Mapping[str, Any], defaults: Mapping[str, Any]
+) -> bool:
+    """Whether ``new`` differs from ``old`` only by keys ``old`` lacks, each at its default."""
+    a, b = _flat(old), _flat(new)
+    changed = [k for k in a.keys() | b.keys() if a.get(k, "-") != b.get(k, "-")]
+    return all(k not in a and k in defaults and b.get(k) == defaults[k] for k in changed)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -304,12 +313,22 @@ class RunDir:
             return self.config_sha256.read_text().strip()
         return config_hash(self.load_config())
 
-    def require_config(self, nested: Mapping[str, Any]) -> None:
+    def require_config(
+        self, nested: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+    ) -> None:
         """Refuse (exit 2) when this run was made with another config than ``nested``, naming
-        the differing keys: a run is never reused or overwritten for another config."""
+        the differing keys: a run is never reused or overwritten for another config.
+
+        A key the run's config lacks because fedkit gained the option after the run was made
+        is no difference when ``nested`` holds it at its default (``defaults``: dotted key ->
+        default): an option added to fedkit defaults to the behaviour before it, so runs made
+        by an earlier version stay reusable."""
         if self.config_hash() == config_hash(nested):
             return
-        diff = config_diff(self.load_config(), nested) or [
+        old = self.load_config()
+        if defaults is not None and only_new_defaults(old, nested, defaults):
+            return
+        diff = config_diff(old, nested) or [
             f"{self.config_sha256.name} does not match its config.yaml"
         ]
         raise FedkitError(
