@@ -31,7 +31,7 @@ from torch import nn
 
 from fedkit_baselines import serverstep
 from fedkit_baselines.anchors import shared_parameters
-from fedkit_core.plugin import FedkitError, Option, Payload, hookimpl
+from fedkit_core.plugin import Channel, FedkitError, Option, Payload, hookimpl
 
 fedkit_api = 2
 
@@ -197,6 +197,13 @@ def fedkit_loss_terms(client, batch, outputs):
     params = dict(client.model.named_parameters())
     term = sum(((params[n] - x) * scratch["correction"][n]).sum() for n, x in scratch["x"].items())
     return {"scaffold.correction": term}
+
+
+@hookimpl
+def fedkit_channels(server):
+    """Each client's control-variate change travels beside its update, unprivatised: DP and
+    secure-aggregation runs refuse SCAFFOLD before any data is loaded."""
+    return [Channel(DELTA, "each client's control-variate change (its mean local gradient)")]
 
 
 @hookimpl

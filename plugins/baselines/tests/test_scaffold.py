@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import fedkit_baselines.scaffold as scaffold
+import pytest
 import torch
 from torch import nn
 
@@ -135,3 +136,15 @@ def test_option_i_with_adam_corrects_from_the_second_round_on():
     first, second = (r["train"] for r in results.rounds)
     assert all(t["loss.scaffold.correction"] == 0.0 for t in first.values())  # c = c_i = 0
     assert all(t["loss.scaffold.correction"] != 0.0 for t in second.values())
+
+
+def test_a_private_run_refuses_scaffold_naming_its_variates_before_any_data():
+    from fedkit_core import FedkitError, resolve_config
+    from fedkit_core.testing import tiny
+
+    for private in (
+        {"dp": {"level": "client", "noise_multiplier": 1.0}},
+        {"secagg": {"enabled": True}},
+    ):
+        with pytest.raises(FedkitError, match="scaffold.dc/"):
+            resolve_config([tiny(plugins=["scaffold"], **private)])
