@@ -16,6 +16,9 @@ Modes (each a fresh process, run in alternation, ``--repeats`` times; medians pr
 * ``bare``: a plain PyTorch loop (no fedkit import);
 * ``fedkit-local``: ``fedkit_core.run`` on the local engine (task ``npz`` of a file holding the
   same split as sites; ``task.mean=task.std=0.5``);
+* ``fedkit-run``: the same config as ``fedkit run --config job.yaml --out DIR --quiet``
+  types it (the CLI in this process): the whole command, its run folder included
+  (results.json, metrics.csv, the figures);
 * ``fedkit-flower``: the same config with ``engine=flower`` (Ray backend, 2 CPUs per client);
 * ``flower-raw``: a ServerApp and ClientApp written directly on Flower's Message API,
   run by ``flwr.simulation.run_simulation`` (Ray backend, 2 CPUs per client).
@@ -26,9 +29,9 @@ round holds its end-of-run evaluation, which the bare loop and raw Flower do aft
 timed rounds), peak PSS of the process tree (sum over the process and
 all its descendants, from ``/proc/*/smaps_rollup``, sampled every ``PSS_EVERY`` s), test
 accuracy, and the ratios to the bare loop (fedkit-flower also to flower-raw). Then, for
-fedkit-local against bare and fedkit-flower against flower-raw, the paired ratios: each
-repeat runs both modes back to back, so their per-repeat ratio of wall and of steady round
-removes the drift the two share; printed as the geometric mean over repeats with its 95%
+fedkit-local and fedkit-run against bare and fedkit-flower against flower-raw, the paired
+ratios: each repeat runs both modes back to back, so their per-repeat ratio of wall and of
+steady round removes the drift the two share; printed as the geometric mean over repeats with its 95%
 confidence interval (paired t on the log ratios, see :func:`paired_ratio`). On a machine
 whose round times swing by tens of percent from run to run, a target ratio is met only
 when the interval lies below it.
@@ -75,7 +78,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "medmnist" / "pneumoniamnist.npz"
-MODES = ("bare", "fedkit-local", "fedkit-flower", "flower-raw")
+MODES = ("bare", "fedkit-local", "fedkit-run", "fedkit-flower", "flower-raw")
 CLIENTS, ROUNDS, BATCH, LR, MOMENTUM, THREADS = 10, 5, 64, 0.05, 0.9, 2
 RAW_CACHE: dict = {}  # a raw Flower worker's data and model, loaded at its first message
 LITE = "efficientnet_lite0"
@@ -375,6 +378,24 @@ def run_fedkit(sites: Path, seed: int, engine: str) -> dict:
     }
 
 
+def run_fedkit_cli(sites: Path, seed: int) -> dict:
+    """``fedkit run`` as a user types it, through the CLI: the run folder it writes (results,
+    metrics, figures) is part of the measured process."""
+    import torch
+    import yaml
+
+    from fedkit_core.cli import main
+
+    torch.set_num_threads(THREADS)
+    with tempfile.TemporaryDirectory() as tmp:
+        job, out = Path(tmp) / "job.yaml", Path(tmp) / "run"
+        job.write_text(yaml.safe_dump(fedkit_config(sites, seed, "local")))
+        if main(["run", "--config", str(job), "--out", str(out), "--quiet"]) != 0:
+            raise RuntimeError("fedkit run failed")
+        rounds = json.loads((out / "results.json").read_text())["rounds"]
+    return {"rounds": [r["seconds"] for r in rounds], "accuracy": rounds[-1]["global"]["acc"]}
+
+
 def run_flower_raw(path: Path, seed: int) -> dict:
     """The job on Flower's Message API: the ServerApp sends the global state to every node
     each round and averages the replies in client order; each ClientApp trains its client."""
@@ -567,7 +588,7 @@ def measure(
 
 
 #: (mode, its baseline): the pairs whose per-repeat ratios are summarised
-PAIRS = (("fedkit-local", "bare"), ("fedkit-flower", "flower-raw"))
+PAIRS = (("fedkit-local", "bare"), ("fedkit-run", "bare"), ("fedkit-flower", "flower-raw"))
 
 
 def paired_ratio(values: list[float], baseline: list[float]) -> tuple[float, float, float]:
@@ -591,6 +612,8 @@ def worker(args: argparse.Namespace) -> None:
         out = run_bare(args.data, seed)
     elif args.worker == "flower-raw":
         out = run_flower_raw(args.data, seed)
+    elif args.worker == "fedkit-run":
+        out = run_fedkit_cli(args.sites, seed)
     else:
         out = run_fedkit(args.sites, seed, "flower" if args.worker == "fedkit-flower" else "local")
     args.report.write_text(json.dumps(out))
@@ -636,7 +659,7 @@ def main() -> None:
         parser.error(f"unknown modes {sorted(unknown)}; choose from {', '.join(MODES)}")
     lite = args.model == LITE
     changed = (args.clients, args.rounds, args.train_samples) != (CLIENTS, ROUNDS, None)
-    if (lite or changed or args.image_size) and set(modes) - {"bare", "fedkit-local"}:
+    if (lite or changed or args.image_size) and set(modes) - {"bare", "fedkit-local", "fedkit-run"}:
         parser.error("the Flower modes run the default job; the others: --modes bare,fedkit-local")
     if args.rounds < 3:
         parser.error("--rounds must be at least 3 (the steady round leaves out the first and last)")
