@@ -238,6 +238,15 @@ CORE_OPTIONS: tuple[Option, ...] = (
         False,
         "make the run folder private: 0700, its files 0600 (only you may read them)",
     ),
+    Option(
+        "figure_formats",
+        "list[str]",
+        ["png"],
+        "formats of the figures a run or comparison writes: png (to look at); pdf and svg "
+        "(for a paper, text stays text) on request, e.g. png,pdf,svg (each costs about a "
+        "second a figure); does not change results",
+        choices=("png", "pdf", "svg"),
+    ),
     Option("task.name", str, "synthetic", "the task (see `fedkit tasks`)"),
     Option("task.path", str, None, "where the task's data lives"),
     Option("task.image_size", int, None, "resize images to this square side"),

@@ -19,9 +19,9 @@ class Option:
 
     ``type`` is one of ``int``, ``float``, ``bool``, ``str``, ``list[int]``,
     ``list[float]``, ``list[str]``, ``dict`` (a Python type or its name). A default of
-    ``None`` makes the option nullable. ``choices`` restricts the allowed values; ``min`` and
-    ``max`` are inclusive bounds of a number (of each item of a list), checked when the config
-    is resolved, before any data is loaded.
+    ``None`` makes the option nullable. ``choices`` restricts the allowed values and ``min``
+    and ``max`` are inclusive bounds of a number (each of a list's items), checked when the
+    config is resolved, before any data is loaded.
     """
 
     name: str
@@ -85,13 +85,14 @@ class Option:
             if isinstance(value, bool) and self.type == "str":
                 value = _spelt(value, self.choices)  # `--set key=off`: YAML read a bool
             result = _coerce_scalar(value, _SCALARS[self.type], key)
-        if self.choices is not None and result not in self.choices:
+        items = result if isinstance(result, list) else [result]
+        if self.choices is not None and any(item not in self.choices for item in items):
             raise FedkitError(
-                f"config key {key!r} must be one of {', '.join(map(str, self.choices))}; "
-                f"got {short_repr(result)}"
+                f"config key {key!r} must be one of {', '.join(map(str, self.choices))}"
+                f"{' (each item)' if isinstance(result, list) else ''}; got {short_repr(result)}"
             )
         if self.min is not None or self.max is not None:
-            for number in result if isinstance(result, list) else (result,):
+            for number in items:
                 self._check_range(number, key)
         return result
 

@@ -1,5 +1,7 @@
-"""Paper-ready output: figures (whole rounds, legends outside, bands over seeds, PNG/PDF/SVG in
-the run or compare folder) and the compare tables (readable headers, booktabs LaTeX)."""
+"""Paper-ready output: figures (whole rounds, legends outside, bars from zero against chance,
+titles naming the split they plot, identical runs named, bands over seeds, PNG by default and
+PDF/SVG on request in the run or compare folder) and the compare tables (readable headers,
+booktabs LaTeX)."""
 
 import re
 
@@ -9,8 +11,11 @@ import yaml
 from matplotlib.collections import PolyCollection
 
 from fedkit_core.cli import main
+from fedkit_core.errors import FedkitError
+from fedkit_core.resolve import resolve_config
 from fedkit_core.results import compare, plots
-from fedkit_core.results.store import write_json
+from fedkit_core.results.labels import chance_level
+from fedkit_core.results.store import config_hash, write_json
 from fedkit_core.testing import tiny
 
 CLIENTS = ["site0", "site1", "site2"]
@@ -45,7 +50,12 @@ def fake_results(seed: int, personal: bool = False, rounds: int = 3) -> dict:
     return {
         "status": "complete",
         "config": {"name": None, "plugins": ["fca"] if personal else []},
-        "task": {"name": "synthetic", "client_ids": CLIENTS, "main_metric": "bacc"},
+        "task": {
+            "name": "synthetic",
+            "client_ids": CLIENTS,
+            "main_metric": "bacc",
+            "class_names": ["a", "b", "c", "d"],
+        },
         "rounds": records,
         "final": final,
     }
@@ -57,10 +67,10 @@ def figures(monkeypatch):
     saved = {}
     original = plots.save_figure
 
-    def keep(fig, path):
+    def keep(fig, path, formats=plots.DEFAULT_FORMATS):
         fig.canvas.draw()
         saved[path.name] = fig
-        return original(fig, path)
+        return original(fig, path, formats)
 
     monkeypatch.setattr(plots, "save_figure", keep)
     return saved
@@ -78,7 +88,7 @@ def outside(legend, ax):
 
 
 def test_run_figures_are_paper_ready(tmp_path, figures):
-    paths = plots.plot_run(fake_results(0, personal=True), tmp_path)
+    paths = plots.plot_run(fake_results(0, personal=True), tmp_path, plots.FORMATS)
     assert [p.name for p in paths] == ["curves.png", "clients.png"]
     for stem in ("curves", "clients"):
         for ext in ("png", "pdf", "svg"):
@@ -90,32 +100,72 @@ def test_run_figures_are_paper_ready(tmp_path, figures):
         assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks)
     (legend,) = curves.legends
     assert all(outside(legend, ax) for ax in curves.axes)
-    assert curves.axes[0].get_ylabel() == "test balanced accuracy"
-    assert "std" in curves.axes[0].get_title() and "worst" in curves.axes[0].get_title()
+    ax = curves.axes[0]
+    assert ax.get_ylabel() == "test balanced accuracy"
+    assert ax.get_title().startswith("test bACC per round\nround 3 (test) across clients: std")
+    assert "worst" in ax.get_title()
 
     (bars,) = figures["clients.png"].axes
-    values = [p.get_height() for p in bars.patches]
-    low, high = bars.get_ylim()
-    assert 0 < low < min(values) and max(values) < high < 1  # around the data, not 0-1
-    assert "personalised" in bars.get_title() and "std" in bars.get_title()
+    assert bars.get_ylim()[0] == 0  # bars start at zero
+    assert max(p.get_height() for p in bars.patches) < bars.get_ylim()[1]
+    (chance,) = [line for line in bars.lines if line.get_label().startswith("chance")]
+    assert list(chance.get_ydata()) == [0.25, 0.25]  # 1/4 classes
+    assert "1/4 classes" in chance.get_label()
+    assert "personalised" in bars.get_title() and "test" in bars.get_title()
+    assert "std" in bars.get_title()
     assert outside(bars.get_legend(), bars)
 
 
+def test_a_run_writes_png_alone_unless_its_config_asks_for_more(tmp_path):
+    plots.plot_run(fake_results(0), tmp_path / "default")
+    assert {p.name for p in (tmp_path / "default").iterdir()} == {"curves.png", "clients.png"}
+    asked = fake_results(0)
+    asked["config"]["figure_formats"] = ["png", "pdf"]
+    plots.plot_run(asked, tmp_path / "asked")
+    assert {p.suffix for p in (tmp_path / "asked").iterdir()} == {".png", ".pdf"}
+
+
+def test_figure_formats_is_checked_item_by_item_and_left_out_of_the_config_hash():
+    cfg, _ = resolve_config([{"figure_formats": "png,svg"}])
+    assert cfg["figure_formats"] == ["png", "svg"]
+    assert resolve_config([{}])[0]["figure_formats"] == ["png"]
+    with pytest.raises(FedkitError, match="figure_formats.*png, pdf, svg"):
+        resolve_config([{"figure_formats": ["png", "gif"]}])
+    assert config_hash(cfg.nested()) == config_hash(resolve_config([{}])[0].nested())
+
+
+def test_chance_levels():
+    assert chance_level("bacc", 4) == 0.25 and chance_level("acc", 2) == 0.5
+    assert chance_level("tail_acc", 5) == 0.2
+    assert chance_level("bauc", 10) == 0.5
+    assert chance_level("dice", 2) is None and chance_level("bacc", None) is None
+
+
 def test_curves_of_a_run_tested_only_in_its_best_and_last_rounds_show_validation(tmp_path, figures):
-    """eval_test=improved: rounds 1-3 validated, only round 4 tested; every round is drawn."""
+    """eval_test=improved: rounds 1-3 validated, only round 4 tested; every round is drawn,
+    the title's fairness is the last validated round's and the final test values are marked."""
     results = fake_results(0, rounds=4)
     for record in results["rounds"]:
-        record["val"] = {k: record[k] for k in ("global", "clients", "clients_mean", "fairness")}
+        scopes = ("global", "clients", "clients_mean", "fairness")
+        record["val"] = {k: {**record[k]} for k in scopes}
+        record["val"]["fairness"] = {**record["fairness"], "std": 0.1 * record["round"]}
         if record["round"] < 4:
             record.update(evaluated=["val"], **{"global": {}, "clients": {}})
     plots.plot_run(results, tmp_path)
     (ax, _) = figures["curves.png"].axes
     assert ax.get_ylabel() == "validation balanced accuracy"
+    assert ax.get_title().startswith("validation bACC per round\nround 4 (validation)")
+    assert "std 0.400" in ax.get_title()  # the panel's own numbers, not the final test ones
     pooled = next(line for line in ax.lines if line.get_label().startswith("global model"))
     assert list(pooled.get_xdata()) == [1, 2, 3, 4]
     assert list(pooled.get_ydata()) == [r["val"]["global"]["bacc"] for r in results["rounds"]]
+    final = next(line for line in ax.lines if line.get_label().startswith("final test, global"))
+    assert list(final.get_ydata()) == [results["final"]["global"]["bacc"]]
     plots.plot_groups({"fedavg": [results]}, tmp_path / "compare.png")
-    assert figures["compare.png"].axes[0].get_ylabel() == "validation balanced accuracy"
+    fig = figures["compare.png"]
+    assert fig.axes[0].get_ylabel() == "validation balanced accuracy"
+    title = fig.get_suptitle()
+    assert title.startswith("validation bACC per round") and "final round on test" in title
 
 
 def test_compare_figure_draws_a_band_per_runspec_with_two_seeds(tmp_path, figures):
@@ -127,12 +177,31 @@ def test_compare_figure_draws_a_band_per_runspec_with_two_seeds(tmp_path, figure
         "mean over the clients",
         "std across clients (lower is fairer)",
     ]
+    assert fig.get_suptitle().startswith("test bACC per round, mean ± std over 1/2 seeds")
     for ax in fig.axes:
-        assert len([c for c in ax.collections if isinstance(c, PolyCollection)]) == 1  # fedavg
+        (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]  # fedavg
+        assert band.get_alpha() <= 0.25 and band.get_hatch()
         assert [line.get_label() for line in ax.lines] == ["fedavg", "fca"]
+        assert len({(line.get_linestyle(), line.get_marker()) for line in ax.lines}) == 2
         assert all(float(t).is_integer() for t in round_ticks(ax))
     assert all(outside(fig.legends[0], ax) for ax in fig.axes)
-    assert {p.name for p in tmp_path.iterdir()} == {"compare.png", "compare.pdf", "compare.svg"}
+    assert {p.name for p in tmp_path.iterdir()} == {"compare.png"}
+
+
+def test_compare_figure_names_runspecs_whose_curves_are_identical(tmp_path, figures):
+    groups = {
+        "fedavg": [fake_results(0), fake_results(1)],
+        "fedprox": [fake_results(0), fake_results(1)],
+        "fca": [fake_results(2, True), fake_results(3, True)],
+    }
+    plots.plot_groups(groups, tmp_path / "compare.png")
+    fig = figures["compare.png"]
+    assert "identical curves: fedavg = fedprox" in fig.get_suptitle()
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == ["fedavg (= fedprox)", "fedprox (= fedavg)", "fca"]
+    for ax in fig.axes:  # the hidden one drawn apart: its own line style and marker
+        styles = [(line.get_linestyle(), line.get_marker()) for line in ax.lines]
+        assert len(set(styles)) == 3
 
 
 def test_compare_tables_have_readable_headers_notes_and_the_same_numbers(tmp_path):
@@ -141,7 +210,7 @@ def test_compare_tables_have_readable_headers_notes_and_the_same_numbers(tmp_pat
         "fca": [fake_results(2, True), fake_results(3, True)],
     }
     table = compare.aggregate(runs)
-    compare.write_summary(tmp_path, table, runs, "bacc", [0, 1])
+    compare.write_summary(tmp_path, table, runs, "bacc", [0, 1], formats=["png", "pdf"])
     md = (tmp_path / "compare.md").read_text()
     tex = (tmp_path / "compare.tex").read_text()
     header = next(line for line in md.splitlines() if line.startswith("| runspec"))
@@ -158,7 +227,7 @@ def test_compare_tables_have_readable_headers_notes_and_the_same_numbers(tmp_pat
     tex_rows = [line for line in tex.splitlines() if line.startswith(("fedavg &", "fca &"))]
     assert [number.findall(r) for r in md_rows] == [number.findall(r) for r in tex_rows]
     assert number.findall(md_rows[0])[0] == f"{table['fedavg']['final.global.bacc']['mean']:.4f}"
-    assert (tmp_path / "compare.pdf").is_file()
+    assert {p.name for p in tmp_path.glob("compare*.p*")} == {"compare.png", "compare.pdf"}
 
 
 def test_markdown_table_keeps_its_signature_for_plugins():
@@ -173,12 +242,12 @@ def test_report_overlay_goes_into_the_runs_folder(tmp_path, monkeypatch):
         write_json(tmp_path / "cmp" / spec / "seed0" / "results.json", fake_results(seed))
     monkeypatch.chdir(tmp_path)
     assert main(["report", "cmp/fedavg/seed0", "cmp/fca/seed0"]) == 0
-    assert {p.name for p in (tmp_path / "cmp").glob("report.*")} == {
-        "report.png",
-        "report.pdf",
-        "report.svg",
-    }
+    assert {p.name for p in (tmp_path / "cmp").glob("report.*")} == {"report.png"}
+    assert not (tmp_path / "cmp" / "fca" / "seed0" / "curves.svg").exists()
+    assert main(["report", "cmp/fedavg/seed0", "cmp/fca/seed0", "--figure-formats", "png,svg"]) == 0
+    assert {p.name for p in (tmp_path / "cmp").glob("report.*")} == {"report.png", "report.svg"}
     assert (tmp_path / "cmp" / "fca" / "seed0" / "curves.svg").is_file()
+    assert main(["report", "cmp/fca/seed0", "--figure-formats", "png,gif"]) == 2
     assert not list(tmp_path.glob("*.png"))
 
 
@@ -200,5 +269,5 @@ def test_data_writes_into_a_new_folder_and_never_over_a_dataset(tmp_path, tiny_y
     assert main(["data", "--config", str(tiny_yaml)]) == 0
     (folder,) = (tmp_path / "runs").iterdir()
     assert folder.name.startswith("data-synthetic-")
-    assert {p.name for p in folder.iterdir()} == {"partition.png", "partition.pdf", "partition.svg"}
+    assert {p.name for p in folder.iterdir()} == {"partition.png"}
     assert not list(tmp_path.glob("*.png"))

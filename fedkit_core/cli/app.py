@@ -14,6 +14,7 @@ from fedkit_core.cli.options import (
     ConfigOpt,
     DeviceOpt,
     EngineOpt,
+    FiguresOpt,
     LoggerOpt,
     PluginOpt,
     PrivateOpt,
@@ -26,6 +27,7 @@ from fedkit_core.cli.options import (
     finish,
     layers_of,
     observe,
+    parse_formats,
 )
 from fedkit_core.cli.prior_cmd import prior_app
 from fedkit_core.config import parse_sets
@@ -58,6 +60,7 @@ def run(
     quiet: bool = QuietOpt,
     logger: list[str] = LoggerOpt,
     private: bool = PrivateOpt,
+    figure_formats: str | None = FiguresOpt,
 ) -> None:
     """Run one federation. With no arguments: FedAvg on the built-in synthetic task.
 
@@ -78,6 +81,7 @@ def run(
         engine=engine,
         device=device,
         private=private or None,
+        figure_formats=parse_formats(figure_formats),
     )
     cfg, plugin_set = resolve_config(layers)
     out = out or default_out(cfg)
@@ -150,6 +154,7 @@ def compare(
         "mean time and paired intervals, and the score against time (compare-time.png); "
         "a test-split target scores the test split every round (eval_test=every)",
     ),
+    figure_formats: str | None = FiguresOpt,
 ) -> None:
     """Run several methods on the same task, partition and seeds; tabulate mean ± std and,
     with >= 2 seeds, each one's paired difference to the first (95% CI, wins/ties/losses),
@@ -185,6 +190,7 @@ def compare(
         engine=engine,
         device=device,
         private=private or None,
+        figure_formats=parse_formats(figure_formats),
     )
     sets = parse_sets(set_)
     if sites is not None:
@@ -248,7 +254,7 @@ def compare(
     if not found.written:
         console.print(f"[yellow]note: {out} is read-only: the comparison was not written")
         return
-    figures = "compare.png/.pdf/.svg" + (", compare-clients.png" if found.gain_rows() else "")
+    figures = "the compare" + (" and compare-clients" if found.gain_rows() else "") + " figure"
     console.print(
         f"comparison of {len(found.table)} runspecs in [bold]{out}[/] "
         f"(compare.json, compare.md and compare.tex to paste, {figures})"
@@ -264,6 +270,12 @@ def report(
         "-o",
         help="overlay figure when several runs (default report.png in their common folder)",
     ),
+    figure_formats: str | None = typer.Option(
+        None,
+        "--figure-formats",
+        help="figure formats, comma-separated: png, pdf, svg (default: each run's "
+        "figure_formats, png unless the run asked for more)",
+    ),
 ) -> None:
     """Re-plot and summarise one or several runs."""
     from fedkit_core.cli.display import print_run, rows_table
@@ -271,7 +283,7 @@ def report(
     from fedkit_core.results.report import report as make_report
     from fedkit_core.results.schema import Results
 
-    rows, plots, notes = make_report(run_dirs, out)
+    rows, plots, notes = make_report(run_dirs, out, parse_formats(figure_formats))
     if len(run_dirs) == 1:  # one run: its per-client table and summary
         results = Results.load(run_dirs[0])
         readable(run_dirs[0], print_run, console, results)
@@ -345,6 +357,7 @@ def data(
         "-o",
         help="folder, or image path, of the heatmap (default runs/data-<task>-<time>/)",
     ),
+    figure_formats: str | None = FiguresOpt,
 ) -> None:
     """Show how the task's data is split into clients (class counts) and save a heatmap."""
     from fedkit_core.cli.display import rows_table
@@ -353,7 +366,9 @@ def data(
     from fedkit_core.results.plots import figure_target, plot_partition
     from fedkit_core.results.store import default_out
 
-    cfg, plugin_set = resolve_config(layers_of(config, [], task, set_, clients=clients, seed=seed))
+    formats = parse_formats(figure_formats)
+    layers = layers_of(config, [], task, set_, clients=clients, seed=seed, figure_formats=formats)
+    cfg, plugin_set = resolve_config(layers)
     target = figure_target(out, "partition") if out else None  # checked before loading data
     fed = prepare(cfg, plugin_set)
     path = target or figure_target(default_out({"name": f"data-{cfg['task.name']}"}), "partition")
@@ -370,7 +385,10 @@ def data(
     ]
     unit = "pixels" if fed.task.kind == "segmentation" else "samples"
     console.print(rows_table(rows, f"{cfg['task.name']}: training {unit} per class and client"))
-    console.print(f"heatmap: {plot_partition(fed.task, fed.infos, path)} (.pdf, .svg beside)")
+    formats = cfg["figure_formats"]
+    console.print(f"heatmap: {plot_partition(fed.task, fed.infos, path, formats)}")
+    if len(formats) > 1:
+        console.print(f"(also as {', '.join(formats[1:])} beside it)")
 
 
 app.command()(config_cmd.config)

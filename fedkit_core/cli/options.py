@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 
 from fedkit_core.config import load_yaml, parse_sets
+from fedkit_core.errors import FedkitError
 
 if TYPE_CHECKING:
     from fedkit_core.engines.server import Observer
@@ -39,9 +40,31 @@ PrivateOpt = typer.Option(
     "--private",
     help="only you may read the run folder: 0700, its files 0600 (the config key private)",
 )
+FiguresOpt = typer.Option(
+    None,
+    "--figure-formats",
+    help="figure formats, comma-separated: png (the default), pdf, svg, e.g. png,pdf,svg "
+    "(the config key figure_formats)",
+)
 LoggerOpt = typer.Option(
     [], "--logger", help="also log to tensorboard, mlflow or wandb (repeatable; docs/tracking.md)"
 )
+
+
+def parse_formats(text: str | None) -> tuple[str, ...] | None:
+    """``--figure-formats png,pdf`` -> ``("png", "pdf")``; ``None`` when not given. Refuses
+    a format fedkit does not write."""
+    if text is None:
+        return None
+    from fedkit_core.results.plots import FORMATS
+
+    formats = tuple(dict.fromkeys(f.strip().lower() for f in text.split(",") if f.strip()))
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown or not formats:
+        raise FedkitError(
+            f"--figure-formats takes a comma-separated list of {', '.join(FORMATS)}; got {text!r}"
+        )
+    return formats
 
 
 def layers_of(

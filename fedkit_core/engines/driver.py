@@ -12,7 +12,7 @@ from fedkit_core.engines.checkpoint import RESUME_KEY, ServerCheckpoints
 from fedkit_core.engines.server import Server, Transport
 from fedkit_core.messages import Message
 from fedkit_core.plugins import PluginSet
-from fedkit_core.results.plots import RUN_FIGURES, figure_paths, plot_run
+from fedkit_core.results.plots import RUN_FIGURES, figure_formats, figure_paths, plot_run
 from fedkit_core.results.schema import Results, build_results, has_test, metrics_csv
 from fedkit_core.results.store import (
     ResultsWriter,
@@ -127,7 +127,8 @@ def write_missing_outputs(run_dir: RunDir, results: Results) -> list[str]:
     a run killed right after its results were written has none of them. Returns the
     names written; a folder that cannot be written is left as it is, with a warning."""
     missing = [] if run_dir.metrics_csv.is_file() else [run_dir.metrics_csv.name]
-    figures = [p for name in RUN_FIGURES for p in figure_paths(run_dir.path / name)]
+    formats = figure_formats(results.get("config"))
+    figures = [p for name in RUN_FIGURES for p in figure_paths(run_dir.path / name, formats)]
     if any(has_test(r) for r in results.rounds) and not all(p.is_file() for p in figures):
         missing.append("figures")
     if not missing:

@@ -154,7 +154,7 @@ def markdown(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(summary: Mapping[str, Any], path: Path) -> Path:
+def plot(summary: Mapping[str, Any], path: Path, formats: Sequence[str] = ("png",)) -> Path:
     """The privacy-utility curves: utility against epsilon (log scale) per method, mean ±
     std over seeds; a method's run without DP as a dashed line."""
     from fedkit_core.results.plots import _pyplot, save_figure
@@ -187,21 +187,24 @@ def plot(summary: Mapping[str, Any], path: Path) -> Path:
     ax.set(xlabel="epsilon (at the run's delta)", ylabel=f"test {name}", title="privacy-utility")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    return save_figure(fig, path)
+    return save_figure(fig, path, formats)
 
 
 def write_privacy_utility(
-    out: Path, runs: Mapping[str, Sequence[Mapping[str, Any]]], main: str
+    out: Path,
+    runs: Mapping[str, Sequence[Mapping[str, Any]]],
+    main: str,
+    formats: Sequence[str] = ("png",),
 ) -> str:
-    """Write ``compare.privacy.json`` and the ``compare.privacy`` figure into ``out``;
-    return the ``compare.md`` section (empty when no runspec uses DP)."""
+    """Write ``compare.privacy.json`` and the ``compare.privacy`` figure (in ``formats``)
+    into ``out``; return the ``compare.md`` section (empty when no runspec uses DP)."""
     from fedkit_core.results.store import write_json
 
     summary = privacy_utility(runs, main)
     if not summary:
         return ""
     write_json(out / "compare.privacy.json", _finite(summary))
-    plot(summary, out / "compare.privacy.png")
+    plot(summary, out / "compare.privacy.png", formats)
     return markdown(summary)
 
 

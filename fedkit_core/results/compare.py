@@ -490,12 +490,13 @@ def write_summary(
     references: Mapping[str, str] | None = None,
     clients: Mapping[str, Any] | None = None,
     converged: Mapping[str, Mapping[str, Any]] | None = None,
+    formats: Sequence[str] = ("png",),
 ) -> None:
     """``compare.md`` and ``compare.tex`` (the table and its notes, references marked;
     ``compare.md`` also the paired differences ``diff`` and the per-client tables of
     ``clients``), the ``compare`` figure (per-round curves, mean ± std over seeds,
-    references dashed) and the ``compare-clients`` figure (each client's gain over the
-    reference), as PNG, PDF and SVG."""
+    references dashed, the table's final test values marked) and the ``compare-clients``
+    figure (each client's gain over the reference), in ``formats``."""
     from fedkit_core.results.plots import plot_client_gains, plot_groups
 
     references = references or {}
@@ -523,16 +524,16 @@ def write_summary(
                 " per client. " + " ".join(clients["notes"]),
                 rows_markdown(gain_rows(clients, labels)),
             ]
-    privacy = write_privacy_utility(out, runs, main)  # runspecs with dp(...): table, figure
+    privacy = write_privacy_utility(out, runs, main, formats)  # runspecs with dp(...)
     if privacy:
         parts.append(privacy)
     md = "\n\n".join(parts)
     write_text(out / "compare.md", md)
     tex = latex_table(table, columns, headers, caption=" ".join(paragraphs), labels=labels)
     write_text(out / "compare.tex", tex)
-    plot_groups(runs, out / "compare.png", labels)
+    plot_groups(runs, out / "compare.png", labels, formats)
     if clients and clients["gains"]:
-        plot_client_gains(clients, out / "compare-clients.png", labels)
+        plot_client_gains(clients, out / "compare-clients.png", labels, formats)
 
 
 def planned_runs(
@@ -591,6 +592,14 @@ def refuse_foreign_runs(plan: Sequence[tuple[str, int, Path, list[Mapping[str, A
                 problems.append(str(err))
     if problems:
         raise FedkitError("\n".join(problems))
+
+
+def plan_formats(plan: Sequence[tuple[str, int, Path, list[Mapping[str, Any]]]]) -> list[str]:
+    """The figure formats a comparison asks for (``figure_formats`` as its first run's
+    layers resolve it): a reused run may have recorded others, which do not count."""
+    from fedkit_core.resolve import resolve_config
+
+    return resolve_config(plan[0][3])[0]["figure_formats"]
 
 
 def compare(
@@ -676,6 +685,7 @@ def compare(
         return Comparison(
             table, main, list(seeds), diff, references, clients, converged, bn, times, False
         )
+    formats = plan_formats(plan)
     summary = {**table, **({DIFF: diff} if diff else {}), CLIENTS: clients}
     if times is not None:
         summary[TIME_TO_TARGET] = times
@@ -683,8 +693,8 @@ def compare(
         out / "compare.json",
         {**summary, REFERENCES_KEY: references, CONVERGENCE: converged},
     )
-    write_summary(out, table, runs, main, seeds, diff, references, clients, converged)
+    write_summary(out, table, runs, main, seeds, diff, references, clients, converged, formats)
     if times is not None:
-        timing.write_target(out, runs, goal, times)
+        timing.write_target(out, runs, goal, times, formats)
     outputs.record(labels)
     return Comparison(table, main, list(seeds), diff, references, clients, converged, bn, times)

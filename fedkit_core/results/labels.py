@@ -73,3 +73,15 @@ def reference_of(config: Mapping[str, Any]) -> str | None:
     if "solo" in (config.get("plugins") or []):
         return "local"
     return None
+
+
+def chance_level(metric: str, num_classes: int | None) -> float | None:
+    """The score of guessing at random, drawn in bar charts so a bar reads against it:
+    ``1/num_classes`` for the accuracies (``acc``, ``bacc``, ``head_acc``, ...), 0.5 for an
+    AUC; ``None`` where no such line applies (Dice, F1) or the classes are unknown."""
+    key = metric.rpartition(".")[2]
+    if "auc" in key:
+        return 0.5
+    if (key in ("acc", "bacc") or key.endswith("_acc")) and num_classes:
+        return 1.0 / num_classes
+    return None

@@ -1,8 +1,12 @@
 """Figures of a run (curves, clients), of several runs and of a comparison across seeds.
 
-Every figure is written as PNG (to look at), PDF and SVG (for a paper: text stays text)
-beside each other; rounds are whole numbers, legends sit outside the data and metrics carry
-the names a reader knows (:mod:`fedkit_core.results.labels`)."""
+Every figure is written as PNG (to look at) and, on request (the config key
+``figure_formats``, ``--figure-formats``), as PDF and SVG (for a paper: text stays text)
+beside it; each figure costs about a second a format, so a run writes PNG alone by default.
+Rounds are whole numbers, legends sit outside the data, bars start at zero with the chance
+level drawn, each curve says which split it shows, and metrics carry the names a reader
+knows (:mod:`fedkit_core.results.labels`). The ``draw_*`` functions return the Figure
+(what tests inspect); the ``plot_*`` functions draw and save it."""
 
 from __future__ import annotations
 
@@ -14,11 +18,19 @@ from typing import Any
 import numpy as np
 
 from fedkit_core.errors import FedkitError
-from fedkit_core.results.labels import client_view, method_label, metric_name, reference_of
+from fedkit_core.results.labels import (
+    chance_level,
+    client_view,
+    method_label,
+    metric_name,
+    reference_of,
+)
 from fedkit_core.results.schema import has_test
 from fedkit_core.results.store import _atomic
 
 FORMATS = ("png", "pdf", "svg")
+#: what a figure is written as unless ``figure_formats`` asks for more
+DEFAULT_FORMATS = ("png",)
 #: the figures :func:`plot_run` draws in a run's folder
 RUN_FIGURES = ("curves", "clients")
 _METADATA = {"pdf": {"CreationDate": None}, "svg": {"Date": None}, "png": {}}  # reproducible
@@ -34,11 +46,17 @@ def _pyplot():
     return plt
 
 
-def figure_paths(path: Path) -> list[Path]:
-    """The PNG, PDF and SVG files of the figure ``path`` (with or without an image suffix)."""
+def figure_formats(config: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The formats a run's (resolved or recorded) ``config`` asks its figures in: its
+    ``figure_formats`` key, PNG alone for a run recorded before the key existed."""
+    return tuple((config or {}).get("figure_formats") or DEFAULT_FORMATS)
+
+
+def figure_paths(path: Path, formats: Sequence[str] = DEFAULT_FORMATS) -> list[Path]:
+    """The files of the figure ``path`` (with or without an image suffix), one per format."""
     path = Path(path)
     stem = path.with_suffix("") if path.suffix.lstrip(".").lower() in FORMATS else path
-    return [stem.with_name(f"{stem.name}.{fmt}") for fmt in FORMATS]
+    return [stem.with_name(f"{stem.name}.{fmt}") for fmt in formats]
 
 
 def figure_target(out: Path, name: str) -> Path:
@@ -56,10 +74,11 @@ def figure_target(out: Path, name: str) -> Path:
     return out / f"{name}.png"
 
 
-def save_figure(fig: Any, path: Path) -> Path:
-    """Write ``fig`` as PNG, PDF and SVG beside each other; returns the PNG's path."""
-    paths = figure_paths(path)
-    for target, fmt in zip(paths, FORMATS):
+def save_figure(fig: Any, path: Path, formats: Sequence[str] = DEFAULT_FORMATS) -> Path:
+    """Write ``fig`` in each of ``formats`` beside each other and close it; returns the path
+    of the first."""
+    paths = figure_paths(path, formats)
+    for target, fmt in zip(paths, formats):
         _atomic(
             target,
             lambda fh, fmt=fmt: fig.savefig(
@@ -95,12 +114,13 @@ def _legend_below(fig: Any, axes: Sequence[Any]) -> None:
     )
 
 
-def _fairness_text(final: Mapping[str, Any]) -> str:
-    fair = final.get("fairness") or {}
+def _fairness_text(scopes: Mapping[str, Any], where: str) -> str:
+    """The fairness of ``scopes`` (a round's or the final scores), saying ``where`` from."""
+    fair = scopes.get("fairness") or {}
     if not fair:
         return ""
     worst = f" ({fair['worst_client']})" if fair.get("worst_client") else ""
-    return f"across clients: std {fair['std']:.3f}, worst {fair['worst']:.3f}{worst}"
+    return f"{where} across clients: std {fair['std']:.3f}, worst {fair['worst']:.3f}{worst}"
 
 
 def curve_split(runs: Sequence[Mapping[str, Any]]) -> str:
@@ -118,14 +138,30 @@ def _curve_points(results: Mapping[str, Any], split: str) -> dict[int, Mapping[s
     return {r["round"]: r["val"] for r in results["rounds"] if "val" in r}
 
 
-def plot_run(results: Mapping[str, Any], directory: Path) -> list[Path]:
-    """``curves`` (main metric per round for global and each client; training loss) and
-    ``clients`` (final main metric per client, the global value and the fairness)."""
+def plot_run(
+    results: Mapping[str, Any], directory: Path, formats: Sequence[str] | None = None
+) -> list[Path]:
+    """``curves`` and ``clients`` (:func:`draw_curves`, :func:`draw_clients`) in
+    ``directory``, in ``formats`` (default: the run's ``figure_formats``); nothing for a run
+    without a tested round."""
+    if not any(has_test(r) for r in results["rounds"]):
+        return []
+    formats = formats or figure_formats(results.get("config"))
+    directory = Path(directory)
+    return [
+        save_figure(draw_curves(results), directory / "curves.png", formats),
+        save_figure(draw_clients(results), directory / "clients.png", formats),
+    ]
+
+
+def draw_curves(results: Mapping[str, Any]) -> Any:
+    """Main metric per round for the global model, each client and their mean (the split
+    in the panel's title: test when every round was tested, else validation, with the
+    final test scores marked so the figure meets the results table) and the mean local
+    training loss."""
     plt = _pyplot()
     main = results["task"]["main_metric"]
     name = metric_name(main)
-    if not any(has_test(r) for r in results["rounds"]):
-        return []
     split = curve_split([results])
     points = _curve_points(results, split)
     rounds, evaluated = list(points), list(points.values())
@@ -141,7 +177,30 @@ def plot_run(results: Mapping[str, Any], directory: Path) -> list[Path]:
     ax.plot(rounds, means, "k--", lw=1.5, label="mean over clients")
     glob = [r["global"].get(main, np.nan) for r in evaluated]
     ax.plot(rounds, glob, "k-", lw=2.5, label=f"global model, pooled {split}")
-    ax.set(ylabel=f"{split} {name}", title=f"{_title(results)}\n{_fairness_text(final)}")
+    last = f"round {rounds[-1]} ({split})" if rounds else split
+    if split != "test":  # the table's numbers are the final round's test scores
+        for scope, marker, label, shift in (  # side by side: close values stay apart
+            ("global", "D", "global model", 0.1),
+            ("clients_mean", "s", "mean over clients", 0.2),
+        ):
+            value = final.get(scope, {}).get(main)
+            if value is not None:
+                ax.plot(
+                    [final["round"] + shift],
+                    [value],
+                    marker=marker,
+                    ls="none",
+                    color="tab:red",
+                    mfc="none",
+                    mew=1.5,
+                    label=f"final test, {label} {value:.3f}",
+                )
+    fig.suptitle(_title(results), y=1.08)
+    ax.set(
+        ylabel=f"{split} {name}",
+        title=f"{split} {metric_name(main, short=True)} per round\n"
+        f"{_fairness_text(points[rounds[-1]], last) if rounds else ''}",
+    )
     _rounds_axis(ax)
     # a private run's clients keep their losses (the records hold none)
     reported = [
@@ -150,21 +209,28 @@ def plot_run(results: Mapping[str, Any], directory: Path) -> list[Path]:
     loss_rounds = [r["round"] for r in reported]
     losses = [np.mean([c["loss"] for c in r["train"].values() if "loss" in c]) for r in reported]
     ax_loss.plot(loss_rounds, losses, "o-", ms=3, color="tab:gray")
-    ax_loss.set(ylabel="mean local training loss", title="training loss")
+    ax_loss.set(ylabel="mean local training loss", title="training loss per round")
     _rounds_axis(ax_loss)
     _legend_below(fig, [ax])
-    paths = [save_figure(fig, Path(directory) / "curves.png")]
-    paths.append(_plot_clients(results, main, clients, view, Path(directory) / "clients.png"))
-    return paths
+    return fig
 
 
-def _plot_clients(
-    results: Mapping[str, Any], main: str, clients: Sequence[str], view: str, path: Path
-) -> Path:
-    """Bars of the final main metric per client on an axis around the data, with the global
-    model's value and the clients' mean as lines and the fairness in the title."""
+def num_classes(task: Mapping[str, Any]) -> int | None:
+    """A recorded task's number of classes (its ``class_names``); ``None`` if not recorded."""
+    names = task.get("class_names")
+    return len(names) if names else None
+
+
+def draw_clients(results: Mapping[str, Any]) -> Any:
+    """Bars from zero of the final test main metric per client, each value written on its
+    bar, with the global model's value, the clients' mean and the chance level
+    (:func:`~fedkit_core.results.labels.chance_level`) as lines and the fairness in the
+    title."""
     plt = _pyplot()
+    main = results["task"]["main_metric"]
+    clients = list(results["task"]["client_ids"])
     final = results["final"]
+    view = client_view(final)
     values = np.array([final["clients"].get(c, {}).get(main, np.nan) for c in clients], float)
     fig, ax = plt.subplots(figsize=(max(4.5, 0.6 * len(clients) + 2.5), 3.6))
     ax.bar(range(len(clients)), values, color="tab:blue", alpha=0.8)
@@ -179,17 +245,21 @@ def _plot_clients(
     mean = final.get("clients_mean", {}).get(main)
     if mean is not None:
         ax.axhline(mean, color="k", ls="--", lw=1, label=f"mean over clients {mean:.3f}")
-    lo, hi = np.nanmin(shown), np.nanmax(shown)
-    pad = max(0.1 * (hi - lo), 0.02)
-    ax.set_ylim(max(0.0, lo - pad) if lo >= 0 else lo - pad, hi + 1.5 * pad)
+    classes = num_classes(results["task"])
+    chance = chance_level(main, classes)
+    if chance is not None:
+        shown.append(chance)
+        why = "AUC" if chance == 0.5 and "auc" in main else f"1/{classes} classes"
+        ax.axhline(chance, color="tab:red", ls=":", lw=1.5, label=f"chance {chance:.3f} ({why})")
+    ax.set_ylim(0.0, 1.15 * max(np.nanmax(shown), 1e-3))  # bars start at zero; room for labels
     served = "global model" if view == "global" else f"personalised ({view} view)"
     ax.set(
         ylabel=f"test {metric_name(main)}",
-        title=f"final round per client, {served}\n{_fairness_text(final)}",
+        title=f"final round (test) per client, {served}\n{_fairness_text(final, 'test')}",
     )
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    return save_figure(fig, path)
+    return fig
 
 
 def _title(results: Mapping[str, Any]) -> str:
@@ -207,6 +277,12 @@ _PANELS = (  # (round record scope, key, panel title)
     ("clients_mean", None, "mean over the clients"),
     ("fairness", "std", "std across clients (lower is fairer)"),
 )
+#: line styles, markers and band hatches of the methods in a comparison, in turn: two
+#: methods with the same curves stay told apart (one dashed with squares over one solid with
+#: circles), and overlapping bands show two hatches rather than one blended colour
+_STYLES = ("-", "--", "-.", ":")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+_HATCHES = ("///", "\\\\\\", "|||", "---", "xxx", "...")
 
 
 def _per_round(
@@ -221,60 +297,175 @@ def _per_round(
     return rounds, np.array(values, dtype=float)
 
 
+def identical_groups(
+    curves: Mapping[str, Sequence[tuple[Sequence[int], np.ndarray]]],
+) -> list[list[str]]:
+    """The sets (two or more labels, in order) of groups whose curves (``{label: [(rounds,
+    values) per panel]}``) are equal within float tolerance: drawn on top of each other,
+    one would hide the other."""
+    found: list[list[str]] = []
+    for label, panels in curves.items():
+        for members in found:
+            if _same_curves(curves[members[0]], panels):
+                members.append(label)
+                break
+        else:
+            found.append([label])
+    return [members for members in found if len(members) > 1]
+
+
+def _same_curves(a: Sequence[tuple], b: Sequence[tuple]) -> bool:
+    return all(
+        list(ra) == list(rb)
+        and va.shape == vb.shape
+        and np.allclose(va, vb, rtol=1e-9, atol=1e-12, equal_nan=True)
+        for (ra, va), (rb, vb) in zip(a, b)
+    )
+
+
+def _final_values(runs: Sequence[Mapping[str, Any]], scope: str, key: str | None) -> np.ndarray:
+    """Each run's final (test) value of one scope, as the compare table reads it."""
+    main = runs[0]["task"]["main_metric"]
+    return np.array(
+        [(x["final"].get(scope) or {}).get(key or main, np.nan) for x in runs], dtype=float
+    )
+
+
 def plot_groups(
     groups: Mapping[str, Sequence[Mapping[str, Any]]],
     path: Path,
     references: Mapping[str, str] | None = None,
+    formats: Sequence[str] = DEFAULT_FORMATS,
 ) -> Path:
+    """:func:`draw_groups` saved to ``path`` in ``formats``."""
+    return save_figure(draw_groups(groups, references), path, formats)
+
+
+def draw_groups(
+    groups: Mapping[str, Sequence[Mapping[str, Any]]],
+    references: Mapping[str, str] | None = None,
+) -> Any:
     """Main metric per round of each group of runs (a runspec's seeds): the mean line and,
-    with two or more runs, a mean ± std band; panels for the global model, the clients'
-    mean and the std across clients (fairness). ``references`` (``{group: label}``: the
-    pooled and local references, not methods) are drawn dashed, without markers, under
-    their label."""
+    with two or more runs, a light hatched mean ± std band; panels for the global model,
+    the clients' mean and the std across clients (fairness). Curves are on the test split
+    when every round was tested, else on validation with each group's final test value
+    (mean ± std, the compare table's number) marked at the last round. Each method has its
+    own colour, line style, marker and hatch; groups with identical curves are named
+    together (``fedavg = fedprox``) in the legend and the title. ``references``
+    (``{group: label}``: the pooled and local references, not methods) are drawn dashed,
+    without markers, under their label."""
     references = references or {}
     plt = _pyplot()
     first = next(iter(groups.values()))[0]
     name = metric_name(first["task"]["main_metric"])
+    short = metric_name(first["task"]["main_metric"], short=True)
     split = curve_split([x for runs in groups.values() for x in runs])
-    panels = [
-        p
-        for p in _PANELS
-        if any(
-            np.isfinite(_per_round(runs, p[0], p[1], split)[1]).any() for runs in groups.values()
-        )
+    curves = {
+        label: [_per_round(runs, scope, key, split) for scope, key, _ in _PANELS]
+        for label, runs in groups.items()
+    }
+    shown = [
+        k for k in range(len(_PANELS)) if any(np.isfinite(c[k][1]).any() for c in curves.values())
     ]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    same = identical_groups(curves)
+    twins = {label: [m for m in members if m != label] for members in same for label in members}
+    fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.6), squeeze=False)
     axes[0][0].set_ylabel(f"{split} {name}")
-    for ax, (scope, key, title) in zip(axes[0], panels):
+    for ax, k in zip(axes[0], shown):
+        scope, key, title = _PANELS[k]
+        method = 0
         for i, (label, runs) in enumerate(groups.items()):
             color = f"C{i % 10}"
-            rounds, values = _per_round(runs, scope, key, split)
+            rounds, values = curves[label][k]
+            shown_label = references.get(label, label)
+            if label in twins:
+                shown_label += f" (= {', '.join(twins[label])})"
             if label in references:
-                style = {"ls": "--", "lw": 1.8, "label": references[label]}
+                style = {"ls": "--", "lw": 1.8}
+                hatch = None
             else:
-                style = {"marker": "o", "ms": 2.5, "label": label}
+                style = {
+                    "ls": _STYLES[method % len(_STYLES)],
+                    "marker": _MARKERS[method % len(_MARKERS)],
+                    "ms": 4,
+                    "mfc": "none",
+                    "lw": 1.5,
+                }
+                hatch = _HATCHES[method % len(_HATCHES)]
+                method += 1
             if not np.isfinite(values).any():  # e.g. solo has no global model
-                ax.plot([], [], color=color, **style)  # in the legend, in its place
+                ax.plot([], [], color=color, label=shown_label, **style)  # in the legend
                 continue
             with warnings.catch_warnings():  # a round no run of the group scored
                 warnings.simplefilter("ignore", RuntimeWarning)
                 mean = np.nanmean(values, axis=0)
                 std = np.nanstd(values, axis=0)
-            ax.plot(rounds, mean, color=color, **style)
+            ax.plot(rounds, mean, color=color, label=shown_label, **style)
             if len(runs) >= 2:
-                ax.fill_between(rounds, mean - std, mean + std, color=color, alpha=0.2, lw=0)
+                ax.fill_between(
+                    rounds,
+                    mean - std,
+                    mean + std,
+                    facecolor=color,
+                    edgecolor=color,
+                    alpha=0.12 if hatch is None else 0.25,
+                    hatch=hatch,
+                    lw=0,
+                )
+            if split != "test":
+                _mark_final(ax, runs, scope, key, color, i, len(groups))
         ax.set_title(title)
         _rounds_axis(ax)
     sizes = sorted({len(runs) for runs in groups.values()})
+    lines = [f"{split} {short} per round"]
     if sizes != [1]:
-        n = "/".join(map(str, sizes))
-        fig.suptitle(f"{name}: mean ± std over {n} seeds", y=1.02)
+        lines[0] += f", mean ± std over {'/'.join(map(str, sizes))} seeds"
+    if split != "test":
+        lines.append("◇ final round on test, as in the compare table")
+    if same:
+        lines.append("identical curves: " + "; ".join(" = ".join(m) for m in same))
+    fig.suptitle("\n".join(lines), y=1.0 + 0.06 * (len(lines) - 1))
     _legend_below(fig, axes[0])
-    return save_figure(fig, path)
+    return fig
+
+
+def _mark_final(
+    ax: Any,
+    runs: Sequence[Mapping[str, Any]],
+    scope: str,
+    key: str | None,
+    color: str,
+    index: int,
+    count: int,
+) -> None:
+    """A group's final test value of one scope at its last round: mean and, with two or
+    more runs, a ± std bar; groups side by side, a little apart, so none hides another."""
+    values = _final_values(runs, scope, key)
+    if not np.isfinite(values).any():
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean, std = float(np.nanmean(values)), float(np.nanstd(values))
+    x = max(x["final"]["round"] for x in runs) + 0.25 + 0.08 * (index - (count - 1) / 2)
+    ax.errorbar(
+        [x],
+        [mean],
+        yerr=[std] if len(runs) >= 2 else None,
+        marker="D",
+        ms=5,
+        mfc="none",
+        mew=1.5,
+        color=color,
+        capsize=2,
+        ls="none",
+    )
 
 
 def plot_client_gains(
-    section: Mapping[str, Any], path: Path, labels: Mapping[str, str] | None = None
+    section: Mapping[str, Any],
+    path: Path,
+    labels: Mapping[str, str] | None = None,
+    formats: Sequence[str] = DEFAULT_FORMATS,
 ) -> Path:
     """Each client's paired gain over the reference runspec (the ``clients`` section of a
     comparison, :func:`fedkit_core.results.clients.clients_section`): one bar per runspec
@@ -324,15 +515,23 @@ def plot_client_gains(
     )
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    return save_figure(fig, path)
+    return save_figure(fig, path, formats)
 
 
-def plot_runs(runs: Sequence[Mapping[str, Any]], labels: Sequence[str], path: Path) -> Path:
-    """Several runs in one figure, one line each (see :func:`plot_groups`)."""
-    return plot_groups({label: [results] for results, label in zip(runs, labels)}, path)
+def plot_runs(
+    runs: Sequence[Mapping[str, Any]],
+    labels: Sequence[str],
+    path: Path,
+    formats: Sequence[str] = DEFAULT_FORMATS,
+) -> Path:
+    """Several runs in one figure, one line each (see :func:`draw_groups`)."""
+    groups = {label: [results] for results, label in zip(runs, labels)}
+    return plot_groups(groups, path, formats=formats)
 
 
-def plot_partition(task: Any, infos: Mapping[str, Any], path: Path) -> Path:
+def plot_partition(
+    task: Any, infos: Mapping[str, Any], path: Path, formats: Sequence[str] = DEFAULT_FORMATS
+) -> Path:
     """Heatmap of training samples (pixels for segmentation) per client and class, from the
     clients' own statistics (``{client id: ClientInfo}``, as a simulation holds them)."""
     plt = _pyplot()
@@ -360,4 +559,4 @@ def plot_partition(task: Any, infos: Mapping[str, Any], path: Path) -> Path:
     unit = "pixel share" if task.kind == "segmentation" else "training samples"
     ax.set(title=f"{task.name}: {unit} per client and class")
     fig.colorbar(image, ax=ax)
-    return save_figure(fig, path)
+    return save_figure(fig, path, formats)

@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fedkit_core.errors import FedkitError
-from fedkit_core.results.plots import _title, figure_target, plot_run, plot_runs
+from fedkit_core.results.plots import (
+    _title,
+    figure_formats,
+    figure_target,
+    plot_run,
+    plot_runs,
+)
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import writable
 
@@ -38,10 +44,13 @@ def summary_row(results: Results) -> dict[str, Any]:
 
 
 def report(
-    dirs: Sequence[str | Path], overlay: Path | None = None
+    dirs: Sequence[str | Path],
+    overlay: Path | None = None,
+    formats: Sequence[str] | None = None,
 ) -> tuple[list[dict[str, Any]], list[Path], list[str]]:
     """Re-plot every run in its own directory; with several runs, also an overlay figure
-    (default ``report.png`` in the runs' common folder, never the current one). Returns
+    (default ``report.png`` in the runs' common folder, never the current one). Figures in
+    ``formats`` (default: each run's ``figure_formats``, the overlay the first run's). Returns
     the summary rows, the figures written and notes: a run folder that cannot be written
     (read-only) is summarised with its figures left as they are, and an overlay that
     cannot be written is skipped, each with a note saying so."""
@@ -53,13 +62,14 @@ def report(
         if not writable(Path(directory)):
             notes.append(f"{directory} is read-only: its figures are left as they are")
             continue
-        plots += readable(directory, plot_run, results, Path(directory))
+        plots += readable(directory, plot_run, results, Path(directory), formats)
     if len(runs) > 1:
         labels = [f"{_title(r)} ({Path(d).name})" for d, r in zip(dirs, runs)]
         common = Path(os.path.commonpath([os.path.abspath(d) for d in dirs]))
         target = figure_target(overlay, "report") if overlay else common / "report.png"
         if writable(target.parent):
-            plots.append(readable("the runs", plot_runs, runs, labels, target))
+            shared = formats or figure_formats(runs[0]["config"])
+            plots.append(readable("the runs", plot_runs, runs, labels, target, shared))
         else:
             notes.append(
                 f"{target.parent} is read-only: no overlay figure (give --out a writable place)"

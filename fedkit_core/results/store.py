@@ -200,9 +200,9 @@ RESULTS_TYPES = {
     "events": list,
 }
 
-#: config keys that label a run or set who may read it without changing its results: left
-#: out of the config hash
-HASH_IGNORES = ("name", "private")
+#: config keys that label a run, set who may read it or which figure formats it writes,
+#: without changing its results: left out of the config hash
+HASH_IGNORES = ("name", "private", "figure_formats")
 
 
 def config_hash(nested: Mapping[str, Any]) -> str:

@@ -199,7 +199,11 @@ def _interval(pair: Sequence[float], digits: int) -> str:
 
 
 def plot_time(
-    runs: Mapping[str, Sequence[Mapping[str, Any]]], target: Target, clock: str, path: Path
+    runs: Mapping[str, Sequence[Mapping[str, Any]]],
+    target: Target,
+    clock: str,
+    path: Path,
+    formats: Sequence[str] = ("png",),
 ) -> Path:
     """The target's score against time: one line per seed, a colour per runspec, the target
     as a dashed line and each run's time to it marked."""
@@ -229,7 +233,7 @@ def plot_time(
     ax.grid(alpha=0.3)
     ax.set_title("score against time, one line per seed")
     _legend_below(fig, [ax])
-    return save_figure(fig, path)
+    return save_figure(fig, path, formats)
 
 
 def write_target(
@@ -237,9 +241,10 @@ def write_target(
     runs: Mapping[str, Sequence[Mapping[str, Any]]],
     target: Target,
     table: Mapping[str, Any],
+    formats: Sequence[str] = ("png",),
 ) -> None:
     """The time-to-target table after the others in ``out/compare.md``, and the figure
-    ``out/compare-time`` (PNG, PDF, SVG)."""
+    ``out/compare-time`` (in ``formats``)."""
     from fedkit_core.results.compare import rows_markdown
     from fedkit_core.results.store import write_text
 
@@ -247,4 +252,4 @@ def write_target(
     before = md.read_text(encoding="utf-8") if md.is_file() else ""
     section = "\n\n".join([target_note(table), rows_markdown(target_rows(table))])
     write_text(md, (before.rstrip("\n") + "\n\n" if before else "") + section)
-    plot_time(runs, target, table["clock"], out / "compare-time.png")
+    plot_time(runs, target, table["clock"], out / "compare-time.png", formats)
