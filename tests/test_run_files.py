@@ -21,9 +21,10 @@ from fedkit_core.testing import tiny
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    """A complete run of one round (copied by the tests that change it)."""
+    """A complete run of one round, its figures as PNG and SVG (copied by the tests that
+    change it)."""
     out = tmp_path_factory.mktemp("files") / "run"
-    run(tiny(rounds=1), out=out)
+    run({**tiny(rounds=1), "figure_formats": ["png", "svg"]}, out=out)
     return out
 
 
@@ -90,11 +91,11 @@ def test_files_of_a_run_follow_the_umask_and_a_private_run_is_only_its_owners(tm
 
 def test_resume_of_a_complete_run_writes_the_outputs_it_lacks(finished, tmp_path):
     killed = _copy(finished, tmp_path / "run")  # as if killed right after results.json
-    for name in ("metrics.csv", "curves.png", "curves.svg", "clients.pdf"):
+    for name in ("metrics.csv", "curves.png", "curves.svg", "clients.svg"):
         (killed / name).unlink()
     before = (killed / "results.json").read_bytes()
     resume(killed)
-    for name in ("metrics.csv", "curves.png", "curves.svg", "clients.pdf"):
+    for name in ("metrics.csv", "curves.png", "curves.svg", "clients.svg"):
         assert (killed / name).is_file(), name
     assert (killed / "metrics.csv").read_bytes() == (finished / "metrics.csv").read_bytes()
     assert (killed / "results.json").read_bytes() == before

@@ -356,6 +356,8 @@ def draw_groups(
     without markers, under their label."""
     references = references or {}
     plt = _pyplot()
+    from matplotlib.colors import to_rgba
+
     first = next(iter(groups.values()))[0]
     name = metric_name(first["task"]["main_metric"])
     short = metric_name(first["task"]["main_metric"], short=True)
@@ -401,14 +403,13 @@ def draw_groups(
                 mean = np.nanmean(values, axis=0)
                 std = np.nanstd(values, axis=0)
             ax.plot(rounds, mean, color=color, label=shown_label, **style)
-            if len(runs) >= 2:
+            if len(runs) >= 2:  # a faint fill; a method's band hatched in its colour
                 ax.fill_between(
                     rounds,
                     mean - std,
                     mean + std,
-                    facecolor=color,
-                    edgecolor=color,
-                    alpha=0.12 if hatch is None else 0.25,
+                    facecolor=to_rgba(color, 0.08),
+                    edgecolor=to_rgba(color, 0.5),  # the hatch's colour; lw 0: no outline
                     hatch=hatch,
                     lw=0,
                 )
