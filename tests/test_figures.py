@@ -271,3 +271,14 @@ def test_data_writes_into_a_new_folder_and_never_over_a_dataset(tmp_path, tiny_y
     assert folder.name.startswith("data-synthetic-")
     assert {p.name for p in folder.iterdir()} == {"partition.png"}
     assert not list(tmp_path.glob("*.png"))
+
+
+def test_run_writes_the_figure_formats_asked_for(tmp_path, tiny_yaml, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run"
+    args = ["run", "--config", str(tiny_yaml), "--figure-formats", "png,pdf", "-q", "-o", str(out)]
+    assert main(args) == 0
+    figures = {p.name for p in out.iterdir() if p.suffix in (".png", ".pdf", ".svg")}
+    assert figures == {"curves.png", "curves.pdf", "clients.png", "clients.pdf"}
+    assert main(["run", "--config", str(tiny_yaml), "--figure-formats", "jpg", "-q"]) == 2
+    assert not (tmp_path / "runs").exists()  # refused before anything ran
