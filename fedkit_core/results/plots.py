@@ -2,7 +2,8 @@
 
 Every figure is written as PNG (to look at) and, on request (the config key
 ``figure_formats``, ``--figure-formats``), as PDF and SVG (for a paper: text stays text)
-beside it; each figure costs about a second a format, so a run writes PNG alone by default.
+beside it: the three formats took three to four times as long as PNG alone, so a run writes
+PNG alone by default (docs/architecture.md, "Figures").
 Rounds are whole numbers, legends sit outside the data, bars start at zero with the chance
 level drawn, each curve says which split it shows, and metrics carry the names a reader
 knows (:mod:`fedkit_core.results.labels`). The ``draw_*`` functions return the Figure
