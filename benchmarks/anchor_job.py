@@ -32,9 +32,9 @@ accuracy, and the ratios to the bare loop (fedkit-flower also to flower-raw). Th
 fedkit-local and fedkit-run against bare and fedkit-flower against flower-raw, the paired
 ratios: each repeat runs both modes back to back, so their per-repeat ratio of wall and of
 steady round removes the drift the two share; printed as the geometric mean over repeats
-with its 95% confidence interval (paired t on the log ratios, see :func:`paired_ratio`). On a machine
-whose round times swing by tens of percent from run to run, a target ratio is met only
-when the interval lies below it.
+with its 95% confidence interval (paired t on the log ratios, see :func:`paired_ratio`). On
+a machine whose round times swing by tens of percent from run to run, a target ratio is met
+only when the interval lies below it.
 
 fedkit sets glibc's malloc thresholds in every process that trains clients
 (:mod:`fedkit_core.allocator`); the bare loop and raw Flower keep glibc's defaults, under
