@@ -26,7 +26,9 @@ Modes (each a fresh process, run in alternation, ``--repeats`` times; medians pr
 Printed per mode: process wall time (start to exit of the process), steady round (median of
 rounds 2 to 4 as each mode times them: the first round pays the warm-up, and fedkit's last
 round holds its end-of-run evaluation, which the bare loop and raw Flower do after their
-timed rounds), peak PSS of the process tree (sum over the process and
+timed rounds), the seconds outside the timed rounds (wall less the sum of the mode's
+rounds: start-up, imports, data, set-up and what the process does after its rounds, such
+as fedkit's run folder and figures), peak PSS of the process tree (sum over the process and
 all its descendants, from ``/proc/*/smaps_rollup``, sampled every ``PSS_EVERY`` s), test
 accuracy, and the ratios to the bare loop (fedkit-flower also to flower-raw). Then, for
 fedkit-local and fedkit-run against bare and fedkit-flower against flower-raw, the paired
@@ -582,6 +584,7 @@ def measure(
         "wall": wall,
         "round": statistics.median(out["rounds"][1:-1]),  # see the module docstring
         "first": out["rounds"][0],
+        "outside": wall - sum(out["rounds"]),
         "pss": peak,
         "accuracy": out["accuracy"],
     }
@@ -700,7 +703,10 @@ def main() -> None:
                 )
     runs = {m: [rep[m] for rep in repeats if m in rep] for m in modes}
     med = {
-        m: {k: statistics.median(r[k] for r in rs) for k in ("wall", "round", "first", "pss")}
+        m: {
+            k: statistics.median(r[k] for r in rs)
+            for k in ("wall", "round", "first", "outside", "pss")
+        }
         for m, rs in runs.items()
         if rs
     }
@@ -717,7 +723,8 @@ def main() -> None:
         f"{args.seed}, medians of {args.repeats}; fedkit's malloc thresholds in {malloc}"
     )
     print(
-        f"{'mode':15s} {'wall s':>8s} {'round s':>8s} {'1st rnd':>8s} {'PSS MiB':>8s} "
+        f"{'mode':15s} {'wall s':>8s} {'round s':>8s} {'1st rnd':>8s} {'outside':>8s} "
+        f"{'PSS MiB':>8s} "
         f"{'accuracy':>9s} {'wall x':>7s} {'round x':>8s} {'PSS x':>6s}"
     )
     base = med.get("bare")
@@ -730,6 +737,7 @@ def main() -> None:
         )
         print(
             f"{mode:15s} {m['wall']:8.2f} {m['round']:8.3f} {m['first']:8.3f} "
+            f"{m['outside']:8.2f} "
             f"{m['pss'] / 2**20:8.0f} {'/'.join(f'{a:.4f}' for a in accs):>9s} "
             f"{ratio[0]:7.3f} {ratio[1]:8.3f} {ratio[2]:6.3f}"
         )
