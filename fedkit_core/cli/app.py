@@ -254,7 +254,7 @@ def compare(
     if not found.written:
         console.print(f"[yellow]note: {out} is read-only: the comparison was not written")
         return
-    figures = "the compare" + (" and compare-clients" if found.gain_rows() else "") + " figure"
+    figures = "figures compare" + (" and compare-clients" if found.gain_rows() else "")
     console.print(
         f"comparison of {len(found.table)} runspecs in [bold]{out}[/] "
         f"(compare.json, compare.md and compare.tex to paste, {figures})"

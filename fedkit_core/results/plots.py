@@ -252,7 +252,8 @@ def draw_clients(results: Mapping[str, Any]) -> Any:
         shown.append(chance)
         why = "AUC" if chance == 0.5 and "auc" in main else f"1/{classes} classes"
         ax.axhline(chance, color="tab:red", ls=":", lw=1.5, label=f"chance {chance:.3f} ({why})")
-    ax.set_ylim(0.0, 1.15 * max(np.nanmax(shown), 1e-3))  # bars start at zero; room for labels
+    top = max((v for v in shown if np.isfinite(v)), default=1.0)
+    ax.set_ylim(0.0, 1.15 * max(top, 1e-3))  # bars start at zero; room for the values
     served = "global model" if view == "global" else f"personalised ({view} view)"
     ax.set(
         ylabel=f"test {metric_name(main)}",
