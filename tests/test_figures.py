@@ -141,6 +141,14 @@ def test_chance_levels():
     assert chance_level("dice", 2) is None and chance_level("bacc", None) is None
 
 
+def test_clients_figure_of_dice_has_no_chance_line_and_an_axis_without_scores():
+    results = fake_results(0)
+    results["task"]["main_metric"] = "dice"  # no client holds a dice score
+    (ax,) = plots.draw_clients(results).axes
+    assert ax.get_ylim() == (0.0, 1.15)
+    assert not [line for line in ax.lines if line.get_label().startswith("chance")]
+
+
 def test_curves_of_a_run_tested_only_in_its_best_and_last_rounds_show_validation(tmp_path, figures):
     """eval_test=improved: rounds 1-3 validated, only round 4 tested; every round is drawn,
     the title's fairness is the last validated round's and the final test values are marked."""

@@ -424,7 +424,10 @@ def draw_groups(
     if sizes != [1]:
         lines[0] += f", mean ± std over {'/'.join(map(str, sizes))} seeds"
     if split != "test":
-        lines.append("◇ final round on test, as in the compare table")
+        lines.append(
+            "◇ final round on test, as in the compare table "
+            "(test curves per round: --set eval_test=every)"
+        )
     if same:
         lines.append("identical curves: " + "; ".join(" = ".join(m) for m in same))
     fig.suptitle("\n".join(lines), y=1.0 + 0.06 * (len(lines) - 1))
