@@ -335,24 +335,32 @@ def keys_of(method: Method, found: Comparison) -> list[str]:
 
 
 def section(
-    method: Method, sets: Sequence[str], seeds: Sequence[int], out: Path, jobs: int
+    method: Method,
+    sets: Sequence[str],
+    seeds: Sequence[int],
+    out: Path,
+    jobs: int,
+    references: bool = True,
 ) -> tuple[list[str], dict[str, Any]]:
     """Run one method's comparison (and ablations) and return its part of the page and its
-    line in the summary table."""
+    line in the summary table. Without ``references`` only the baseline and the method run
+    (the verdict needs no more), and the section says the references were not run."""
     seeds_text = ",".join(map(str, seeds))
+    specs = method.runspecs if references else method.runspecs[:2]
+    reference = method.reference if method.reference in specs else method.baseline
     where = out / method.slug
     if method.shares:
         share_runs(out / method.shares, where, [method.baseline, "pooled", "solo"])
     found = compare(
-        method.runspecs,
+        specs,
         seeds=seeds,
         out=where,
         base=[load_yaml(method.config)],
         sets=parse_sets(sets),
         jobs=jobs,
-        reference=method.reference,
+        reference=reference,
     )
-    runs = load_runs(where, method.runspecs, seeds)
+    runs = load_runs(where, specs, seeds)
     seconds = {s: row["final.wall_seconds"]["mean"] for s, row in found.table.items()}
     took = ", ".join(f"{s} {t / 60:.1f} min" for s, t in seconds.items())
     print(f"{method.slug}: {took} per run", flush=True)
@@ -370,10 +378,19 @@ def section(
         f"machine: {took}.",
         "",
         "```bash",
-        command(method.runspecs, method.config, sets, seeds_text)
-        + (f" --reference {method.reference}" if method.reference != "solo" else ""),
+        command(specs, method.config, sets, seeds_text)
+        + (f" --reference {reference}" if reference not in ("solo", specs[0]) else ""),
         "```",
         "",
+        *(
+            []
+            if references
+            else [
+                "The references `pooled` and `solo` were not run for this section (CPU time: "
+                "`--no-references`); the verdict needs only the baseline and the method.",
+                "",
+            ]
+        ),
         f"Mean ± std over seeds {seeds_text} (final round, test split):",
         "",
         markdown_table(found.table, keys, headers=[label(k) for k in keys], labels=found.labels),
@@ -391,15 +408,15 @@ def section(
         f"Test {metric} per client (mean ± std over seeds):",
         "",
         rows_markdown(score_rows(found.clients, found.labels, method.highlight)),
-        f"Paired gain in {metric} per client over {found.labels.get(method.reference, method.reference)}:",
+        f"Paired gain in {metric} per client over {found.labels.get(reference, reference)}:",
         "",
         rows_markdown(gain_rows(found.clients, found.labels, method.highlight)),
     ]
     for claim in method.claims:  # a per-client claim in another metric than the main one
         if claim.key.startswith("client.") and claim.key[7:] != metric:
-            other = clients_section(runs, claim.key[7:], method.reference, seeds)
+            other = clients_section(runs, claim.key[7:], reference, seeds)
             lines += [
-                f"Paired gain in {claim.key[7:]} per client over {method.reference}:",
+                f"Paired gain in {claim.key[7:]} per client over {reference}:",
                 "",
                 rows_markdown(gain_rows(other, found.labels, method.highlight)),
             ]
@@ -512,6 +529,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds (>= 2)")
     parser.add_argument("--only", default="", help="comma-separated methods (default all)")
     parser.add_argument(
+        "--no-references",
+        action="store_true",
+        help="run only each method and its baseline (the verdict), not pooled and solo",
+    )
+    parser.add_argument(
         "--seeds-of",
         action="append",
         default=[],
@@ -544,7 +566,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     for n, method in enumerate(wanted):
         sets = list(method.quick) if args.quick else []
         out = args.out / ("quick" if args.quick else "runs")
-        lines, line = section(method, sets, seeds_of.get(method.slug, seeds), out, args.jobs)
+        lines, line = section(
+            method,
+            sets,
+            seeds_of.get(method.slug, seeds),
+            out,
+            args.jobs,
+            references=not args.no_references,
+        )
         body += lines
         summary.append(line)
         missing = [m.name for m in wanted[n + 1 :]]
