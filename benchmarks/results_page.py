@@ -22,6 +22,7 @@ same settings, as ``fedkit compare`` does; ``--jobs N`` runs N runs at once.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import shutil
 import sys
@@ -104,6 +105,9 @@ class Method:
     extra_metrics: tuple[str, ...] = field(default=())
     #: a measurement without training that bears on the verdict (lines of the page)
     diagnosis: Callable[[Method], list[str]] | None = None
+    #: the slug of a method with the same config whose baseline and reference runs this
+    #: one reuses (they are the same runs: the run folders' configs are checked on reuse)
+    shares: str = ""
 
     @property
     def runspecs(self) -> list[str]:
@@ -194,6 +198,7 @@ METHODS = [
         "fedavg",
         "fed-mas",
         (Claim("final.global.bacc"), Claim("final.global.tail_acc")),
+        shares="fca",
     ),
     Method(
         "FedCB",
@@ -330,22 +335,32 @@ def keys_of(method: Method, found: Comparison) -> list[str]:
 
 
 def section(
-    method: Method, sets: Sequence[str], seeds: Sequence[int], out: Path, jobs: int
+    method: Method,
+    sets: Sequence[str],
+    seeds: Sequence[int],
+    out: Path,
+    jobs: int,
+    references: bool = True,
 ) -> tuple[list[str], dict[str, Any]]:
     """Run one method's comparison (and ablations) and return its part of the page and its
-    line in the summary table."""
+    line in the summary table. Without ``references`` only the baseline and the method run
+    (the verdict needs no more), and the section says the references were not run."""
     seeds_text = ",".join(map(str, seeds))
+    specs = method.runspecs if references else method.runspecs[:2]
+    reference = method.reference if method.reference in specs else method.baseline
     where = out / method.slug
+    if method.shares:
+        share_runs(out / method.shares, where, [method.baseline, "pooled", "solo"])
     found = compare(
-        method.runspecs,
+        specs,
         seeds=seeds,
         out=where,
         base=[load_yaml(method.config)],
         sets=parse_sets(sets),
         jobs=jobs,
-        reference=method.reference,
+        reference=reference,
     )
-    runs = load_runs(where, method.runspecs, seeds)
+    runs = load_runs(where, specs, seeds)
     seconds = {s: row["final.wall_seconds"]["mean"] for s, row in found.table.items()}
     took = ", ".join(f"{s} {t / 60:.1f} min" for s, t in seconds.items())
     print(f"{method.slug}: {took} per run", flush=True)
@@ -363,10 +378,19 @@ def section(
         f"machine: {took}.",
         "",
         "```bash",
-        command(method.runspecs, method.config, sets, seeds_text)
-        + (f" --reference {method.reference}" if method.reference != "solo" else ""),
+        command(specs, method.config, sets, seeds_text)
+        + (f" --reference {reference}" if reference not in ("solo", specs[0]) else ""),
         "```",
         "",
+        *(
+            []
+            if references
+            else [
+                "The references `pooled` and `solo` were not run for this section (CPU time: "
+                "`--no-references`); the verdict needs only the baseline and the method.",
+                "",
+            ]
+        ),
         f"Mean ± std over seeds {seeds_text} (final round, test split):",
         "",
         markdown_table(found.table, keys, headers=[label(k) for k in keys], labels=found.labels),
@@ -384,15 +408,15 @@ def section(
         f"Test {metric} per client (mean ± std over seeds):",
         "",
         rows_markdown(score_rows(found.clients, found.labels, method.highlight)),
-        f"Paired gain in {metric} per client over {found.labels.get(method.reference, method.reference)}:",
+        f"Paired gain in {metric} per client over {found.labels.get(reference, reference)}:",
         "",
         rows_markdown(gain_rows(found.clients, found.labels, method.highlight)),
     ]
     for claim in method.claims:  # a per-client claim in another metric than the main one
         if claim.key.startswith("client.") and claim.key[7:] != metric:
-            other = clients_section(runs, claim.key[7:], method.reference, seeds)
+            other = clients_section(runs, claim.key[7:], reference, seeds)
             lines += [
-                f"Paired gain in {claim.key[7:]} per client over {method.reference}:",
+                f"Paired gain in {claim.key[7:]} per client over {reference}:",
                 "",
                 rows_markdown(gain_rows(other, found.labels, method.highlight)),
             ]
@@ -408,12 +432,24 @@ def section(
         "method": method.name,
         "claim": "; ".join(c.text for c in method.claims),
         "verdict": "reproduced" if reproduced else "not reproduced",
+        "paired seeds": str(len(seeds)),
         "converged": ", ".join(
             f"{s}: {'yes' if c['converged'] else ('no' if c['converged'] is False else '?')}"
             for s, c in found.convergence.items()
         ),
     }
     return lines, summary
+
+
+def share_runs(source: Path, where: Path, runspecs: Sequence[str]) -> None:
+    """Hard-link the run folders of ``runspecs`` from another method's comparison (same
+    config) into ``where``, where they are not there yet; ``compare`` reuses a run only if
+    its config is this comparison's, and continues or reruns it otherwise."""
+    for spec in runspecs:
+        src, dst = source / runspec_label(spec), where / runspec_label(spec)
+        if src.is_dir() and not dst.exists():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(src, dst, copy_function=os.link)
 
 
 def ablation_section(
@@ -478,7 +514,13 @@ Times are this machine's, with other jobs sharing it.
 def not_run(method: Method) -> dict[str, str]:
     """The summary line of a method this regeneration did not run (``--only``, or not yet)."""
     claim = "; ".join(c.text for c in method.claims)
-    return {"method": method.name, "claim": claim, "verdict": "not run here", "converged": "-"}
+    return {
+        "method": method.name,
+        "claim": claim,
+        "verdict": "not run here",
+        "paired seeds": "-",
+        "converged": "-",
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -486,6 +528,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="smoke size: 2 rounds")
     parser.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds (>= 2)")
     parser.add_argument("--only", default="", help="comma-separated methods (default all)")
+    parser.add_argument(
+        "--no-references",
+        action="store_true",
+        help="run only each method and its baseline (the verdict), not pooled and solo",
+    )
+    parser.add_argument(
+        "--seeds-of",
+        action="append",
+        default=[],
+        metavar="METHOD=SEEDS",
+        help="another seed list for one method (e.g. fca=0,1,2 where its runs cost hours); "
+        "the page says each method's number of paired seeds",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (fedkit compare --jobs)")
     parser.add_argument("--out", type=Path, default=Path("runs/results-page"))
     parser.add_argument("--page", type=Path, default=Path("docs/results.md"))
@@ -495,6 +550,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     if len(seeds) < 2:
         parser.error("--seeds needs at least 2 seeds for paired differences")
     wanted = [m for m in METHODS if not args.only or m.slug in args.only.split(",")]
+    seeds_of = {}
+    for item in args.seeds_of:
+        slug, _, listed = item.partition("=")
+        if slug not in {m.slug for m in METHODS} or len(listed.split(",")) < 2:
+            parser.error(f"--seeds-of expects METHOD=SEEDS with >= 2 seeds, got {item!r}")
+        seeds_of[slug] = [int(s) for s in listed.split(",")]
     argv = sys.argv[1:] if argv is None else argv
     shown = ["NOTE" if i and argv[i - 1] == "--note" else a for i, a in enumerate(argv)]
     head = [HEADER.format(command=shlex.join(["python", "benchmarks/results_page.py", *shown]))]
@@ -505,7 +566,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     for n, method in enumerate(wanted):
         sets = list(method.quick) if args.quick else []
         out = args.out / ("quick" if args.quick else "runs")
-        lines, line = section(method, sets, seeds, out, args.jobs)
+        lines, line = section(
+            method,
+            sets,
+            seeds_of.get(method.slug, seeds),
+            out,
+            args.jobs,
+            references=not args.no_references,
+        )
         body += lines
         summary.append(line)
         missing = [m.name for m in wanted[n + 1 :]]

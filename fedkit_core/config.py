@@ -202,7 +202,8 @@ CORE_OPTIONS: tuple[Option, ...] = (
         "model",
         str,
         "auto",
-        "cnn, unet, resnet20..110, efficientnet_lite0..2, timm name, or user module:factory",
+        "cnn, unet (fedkit[monai]), resnet20..110, efficientnet_lite0..2 or a timm name "
+        "(fedkit[timm]), or user module:factory",
     ),
     Option(
         "pretrained",

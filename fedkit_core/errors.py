@@ -70,10 +70,29 @@ class ClientFailure(FedkitError):
         self.exit_code = 1 if bug else 2
 
 
+#: names other tools use for a config key, suggested when a user writes them
+SYNONYMS = {
+    "learning_rate": "lr",
+    "epochs": "local_epochs",
+    "local_steps": "local_epochs",
+    "num_rounds": "rounds",
+    "num_clients": "clients",
+    "n_clients": "clients",
+    "batchsize": "batch_size",
+    "wd": "weight_decay",
+    "fraction_fit": "sample_fraction",
+    "dirichlet_alpha": "partition.alpha",
+}
+
+
 def unknown(kind: str, name: str, valid: Iterable[str]) -> FedkitError:
-    """An error for an unknown name, with close matches and the list of valid ones."""
+    """An error for an unknown name, with close matches (and the usual other spelling of a
+    config key, ``learning_rate`` for ``lr``) and the list of valid ones."""
     valid = sorted(valid)
     close = difflib.get_close_matches(name, valid, n=3, cutoff=0.6) if len(name) < 100 else []
+    synonym = SYNONYMS.get(name.lower())
+    if synonym in valid and synonym not in close:
+        close.insert(0, synonym)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     listing = ", ".join(valid) if valid else "(none)"
     shown = repr(name if len(name) <= 80 else name[:80] + "...")

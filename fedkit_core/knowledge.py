@@ -73,6 +73,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedkit_core.errors import FedkitError
+from fedkit_core.extras import require
 from fedkit_core.models.networks import CIFAR_RESNETS, CifarResNet, load_state_file
 from fedkit_core.priors import (
     IMAGENET_MEAN,
@@ -475,8 +476,7 @@ def _classifier(spec: str) -> tuple[nn.Module, int, tuple, tuple, list[str]]:
             raise FedkitError(f"API {spec!r}: {err}") from None
         load_matching(net, state, spec)
         return net, 224, IMAGENET_MEAN, IMAGENET_STD, [f"class{k}" for k in range(classes)]
-    import timm  # kind == "timm"
-
+    timm = require("timm", f"API {spec!r}")  # kind == "timm"
     if not timm.is_model(model):
         raise FedkitError(f"API {spec!r}: timm has no model named {model!r}")
     net = timm.create_model(model, pretrained=False, num_classes=classes)
@@ -499,12 +499,7 @@ def _open_clip_zero_shot(
     name: str, weights: str | None, classes: Sequence[str]
 ) -> tuple[nn.Module, int, tuple, tuple]:
     """CLIP's image tower followed by the class-prompt text embeddings (logit scale 100)."""
-    try:
-        import open_clip
-    except ImportError:
-        raise FedkitError(
-            "open_clip APIs need open_clip_torch: pip install open_clip_torch"
-        ) from None
+    open_clip = require("open_clip", "open_clip APIs")
     if name not in open_clip.list_models():
         raise FedkitError(f"open_clip has no model named {name!r}")
     model = open_clip_model(name, weights)

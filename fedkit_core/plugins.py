@@ -80,6 +80,11 @@ BUNDLED = {
     ),
 }
 
+#: the extra of a bundled plugin that its defaults need: name -> (extra, what it brings)
+BUNDLED_EXTRAS = {
+    "fedcb": ("offline", "its default text encoder, all-MiniLM-L6-v2, with no download"),
+}
+
 #: The name of the plugin whose hook is running (what ``ctx.options()`` and ``ctx.state``
 #: resolve against), set around every hook call of a registered plugin.
 _CURRENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("fedkit_plugin", default=None)
@@ -133,6 +138,15 @@ def core_version() -> str:
         return version("fedkit")
     except Exception:
         return "0+unknown"
+
+
+def install_hint(name: str) -> str:
+    """The command installing the bundled plugin ``name`` from a checkout, with the extra
+    its defaults need (:data:`BUNDLED_EXTRAS`)."""
+    if name not in BUNDLED_EXTRAS:
+        return f"pip install -e {BUNDLED[name]}"
+    extra, why = BUNDLED_EXTRAS[name]
+    return f"pip install -e '{BUNDLED[name]}[{extra}]' ([{extra}]: {why})"
 
 
 def installed() -> dict[str, EntryPoint]:
@@ -194,7 +208,7 @@ class PluginSet:
                 if name in BUNDLED:
                     error = FedkitError(
                         f"{error}\n{name!r} comes with fedkit as a package of its own; install "
-                        f"it from a fedkit checkout: pip install -e {BUNDLED[name]}"
+                        f"it from a fedkit checkout: {install_hint(name)}"
                     )
                 raise error
             wanted.append((name, _load(name, available[name]), available[name]))

@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedkit_core.errors import FedkitError
+from fedkit_core.extras import require
 from fedkit_core.models.imagenet import LITE, LITE_MEAN, LITE_STD, build_lite, to_timm
 from fedkit_core.models.networks import CIFAR_RESNETS, CifarResNet, load_state_file
 from fedkit_core.tasks.base import Normalizer
@@ -151,16 +152,13 @@ def check_source(source: str) -> None:
     """Fail early (before any data moves) when ``source`` names no known architecture."""
     kind, name = parse_source(source)
     if kind == "timm":
-        import timm
-
-        known = timm.is_model(name)
+        known = require("timm", f"prior {source}").is_model(name)
     elif kind == "torchvision":
         import torchvision
 
         known = name in torchvision.models.list_models(module=torchvision.models)
     elif kind == "open_clip":
-        import open_clip
-
+        open_clip = require("open_clip", f"prior {source}")
         known = name in open_clip.list_models() or name.startswith("hf-hub:")
     else:
         known = True
@@ -217,9 +215,7 @@ def encoder_feature_dim(source: str, image_size: int | None = None) -> int:
     kind, name = parse_source(source)
     check_source(source)
     if kind == "open_clip":
-        import open_clip
-
-        config = open_clip.get_model_config(name)
+        config = require("open_clip", source).get_model_config(name)
         if config and "embed_dim" in config:
             return int(config["embed_dim"])
         return frozen_encoder(source).feature_dim
@@ -252,8 +248,7 @@ def _build(kind: str, name: str) -> tuple[nn.Module, int, tuple[Sequence[float],
     if kind == "lite":
         return build_lite(name, pretrained=False), LITE[name].size, (LITE_MEAN, LITE_STD)
     if kind == "timm":
-        import timm
-
+        timm = require("timm", f"timm:{name}")
         net = timm.create_model(name, pretrained=False, num_classes=0)
         cfg = getattr(net, "pretrained_cfg", {}) or {}
         size = int(cfg.get("input_size", (3, 224, 224))[-1])
@@ -279,8 +274,7 @@ def _build(kind: str, name: str) -> tuple[nn.Module, int, tuple[Sequence[float],
 def open_clip_model(name: str, weights: str | None) -> nn.Module:
     """An open_clip model (image and text towers) on the CPU, with a clear error when the
     weights cannot be had (offline: pass the path of a downloaded checkpoint)."""
-    import open_clip
-
+    open_clip = require("open_clip", f"open_clip:{name}")
     try:
         return open_clip.create_model(name, pretrained=weights, device="cpu")
     except Exception as err:
@@ -292,8 +286,7 @@ def open_clip_model(name: str, weights: str | None) -> nn.Module:
 
 def open_clip_preprocess(tower: nn.Module) -> tuple[int, tuple[Sequence[float], Sequence[float]]]:
     """The image size and (mean, std) an open_clip image tower expects."""
-    import open_clip
-
+    open_clip = require("open_clip", "an open_clip image tower")
     cfg = getattr(tower, "preprocess_cfg", {}) or {}
     size = tower.image_size
     size = int(size[0] if isinstance(size, (tuple, list)) else size)

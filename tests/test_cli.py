@@ -171,7 +171,7 @@ def test_ctrl_c_exits_130_and_says_how_to_resume(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 130
-    assert "fedkit resume" in err and "Traceback" not in err
+    assert f"fedkit resume {tmp_path / 'run'}" in err and "Traceback" not in err
 
 
 def _numbers(tree, path=""):

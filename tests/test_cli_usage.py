@@ -61,6 +61,9 @@ def test_unknown_bundled_plugin_says_what_to_install(monkeypatch, capsys):
     err = " ".join(capsys.readouterr().err.split())
     assert "unknown plugin 'fed-mas'" in err
     assert "pip install -e plugins/fed-mas" in err
+    assert main(["config", "--plugin", "fedcb"]) == 2  # with the extra of its default encoder
+    err = " ".join(capsys.readouterr().err.split())
+    assert "pip install -e 'plugins/fedcb[offline]' ([offline]: its default text encoder" in err
     assert main(["config", "--plugin", "fedprx"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "unknown plugin 'fedprx'" in err and "pip install" not in err

@@ -80,3 +80,51 @@ def test_runspec_labels_and_run_names_stay_inside_their_folder(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     made = default_out({"name": "../../../X", "plugins": [], "task.name": "synthetic"})
     assert made.resolve().parent == tmp_path / "runs" and made.name.startswith(".._.._.._X-")
+
+
+def test_runspecs_that_are_not_paired_are_refused_before_anything_runs(tmp_path):
+    import json
+
+    import pytest
+    import yaml
+
+    from fedkit_core import FedkitError
+    from fedkit_core.testing import tiny
+
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({"partition": {"kind": "dirichlet", "alpha": 0.1}}))
+    specs = ["fedavg", str(other)]
+    with pytest.raises(FedkitError, match=r"not paired.*partition\.alpha.*--allow-unpaired"):
+        compare.compare(specs, seeds=[0], out=tmp_path / "cmp", base=[tiny(rounds=1)])
+    assert not (tmp_path / "cmp").exists()
+
+    found = compare.compare(
+        specs, seeds=[0], out=tmp_path / "cmp", base=[tiny(rounds=1)], allow_unpaired=True
+    )
+    assert any("partition.alpha" in w for w in found.warnings)
+    saved = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert saved["warnings"] and "partition.alpha" in saved["warnings"][0]
+    assert (tmp_path / "cmp" / "compare.md").read_text().startswith("**Warning: not paired.**")
+
+
+def test_command_line_flags_win_over_a_runspec_file_as_set_does(tmp_path, capsys):
+    import json
+
+    import yaml
+
+    from fedkit_core.cli import main
+    from fedkit_core.testing import tiny
+
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump(tiny(rounds=1)))
+    spec = tmp_path / "spec.yaml"  # a runspec file as examples ship them: its own size
+    spec.write_text(yaml.safe_dump({"rounds": 3, "clients": 2}))
+    out = tmp_path / "cmp"
+    args = ["compare", "fedavg", str(spec), "--config", str(base), "--seeds", "0", "-q"]
+    assert main([*args, "--out", str(out)]) == 2  # all 3 sites against the file's 2 clients
+    err = capsys.readouterr().err
+    assert "not paired" in err and "clients: fedavg default" in err
+    assert main([*args, "--clients", "3", "--rounds", "2", "--out", str(out)]) == 0
+    for label in ("fedavg", "spec"):
+        results = json.loads((out / label / "seed0" / "results.json").read_text())
+        assert results["config"]["clients"] == 3 and len(results["rounds"]) == 2

@@ -43,3 +43,22 @@ def test_embedding_example_runs(capsys, monkeypatch):
     runpy.run_path(str(EXAMPLES / "embed.py"), run_name="__main__")
     out = capsys.readouterr().out
     assert "worst class recall" in out and "fairness" in out
+
+
+#: each method folder's CPU-sized examples (their headers give a measured time)
+CPU_EXAMPLES = {
+    "fca": ["retinamnist_cpu.yaml"],
+    "fed-lwr": ["drive-cpu.yaml"],
+    "fed-mas": ["offline.yaml"],
+    "fedcb": ["offline.yaml"],
+    "fedhelp": ["offline.yaml", "segmentation.yaml"],
+}
+
+
+@pytest.mark.parametrize("method", sorted(CPU_EXAMPLES))
+def test_method_examples_state_time_and_paper_size(method):
+    folder = EXAMPLES / method
+    assert (folder / "paper.yaml").is_file()  # the paper's real size (a file or a link)
+    for name in CPU_EXAMPLES[method]:
+        header = (folder / name).read_text().split("\n# Time: ", 1)
+        assert len(header) == 2 and "on 2 CPU cores" in header[1].split("\n")[0], name

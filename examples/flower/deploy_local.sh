@@ -7,9 +7,13 @@
 # serves only this machine. See docs/engines.md for a real deployment. Results go to OUT_DIR
 # in the usual format. Every process started here is stopped on exit, failure or interrupt.
 #
-#   bash examples/flower/deploy_local.sh OUT_DIR [extra `fedkit flower submit` options]
+#   bash examples/flower/deploy_local.sh [--dry-run] OUT_DIR [extra `fedkit flower submit` options]
 #
-# PYTHON (default: python3) is the interpreter with fedkit and flwr installed; INSECURE=1
+# The interpreter is the one fedkit was installed with: PYTHON if set, else the active venv's
+# ($VIRTUAL_ENV/bin/python), else the one of the `fedkit` command on PATH (its #! line), else
+# the checkout's .venv/bin/python, else python3. The script says which, and stops (exit 2)
+# when it lacks fedkit or Flower (pip install 'fedkit[flower]'); --dry-run stops after that
+# check, before starting anything. INSECURE=1
 # runs without TLS and node authentication (plain HTTP: only to debug the script);
 # SUPERNODE_ARGS adds options to each `fedkit flower supernode` (e.g. --no-warm: Flower's
 # fresh ClientApp process per message, as before fedkit's warm SuperNode). INTRUDER=1 (with
@@ -20,14 +24,62 @@
 # otherwise); the script prints what each attempt got.
 set -euo pipefail
 
-if [ $# -lt 1 ]; then
-  echo "usage: $0 OUT_DIR [fedkit flower submit options]" >&2
+DRY_RUN=0
+if [ "${1:-}" = --dry-run ]; then
+  DRY_RUN=1
+  shift
+fi
+if [ $# -lt 1 ] && [ "$DRY_RUN" = 0 ]; then
+  echo "usage: $0 [--dry-run] OUT_DIR [fedkit flower submit options]" >&2
   exit 2
 fi
-OUT=$1
-shift
-PYTHON=${PYTHON:-python3}
+OUT=${1:-}
+if [ $# -gt 0 ]; then
+  shift
+fi
 HERE=$(cd "$(dirname "$0")" && pwd)
+
+pick_python() {  # prints "INTERPRETER<TAB>where it comes from"
+  if [ -n "${PYTHON:-}" ]; then
+    printf '%s\t%s\n' "$PYTHON" "PYTHON"
+    return
+  fi
+  if [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ]; then
+    printf '%s\t%s\n' "$VIRTUAL_ENV/bin/python" "the active venv, VIRTUAL_ENV"
+    return
+  fi
+  local script interpreter
+  script=$(command -v fedkit || true)
+  if [ -n "$script" ] && [ -f "$script" ]; then
+    interpreter=$(head -n 1 "$script" | sed -n 's/^#![[:space:]]*//p' | cut -d' ' -f1)
+    if [[ "$(basename "$interpreter")" == python* ]] && [ -x "$interpreter" ]; then
+      printf '%s\t%s\n' "$interpreter" "the fedkit command at $script"
+      return
+    fi
+  fi
+  local checkout
+  checkout=$(cd "$HERE/../.." && pwd)
+  if [ -x "$checkout/.venv/bin/python" ]; then
+    printf '%s\t%s\n' "$checkout/.venv/bin/python" "the checkout's .venv"
+    return
+  fi
+  printf '%s\t%s\n' python3 "no venv found: python3 on PATH"
+}
+
+IFS=$'\t' read -r PYTHON PYTHON_FROM < <(pick_python)
+echo "deploy_local.sh: Python $PYTHON ($PYTHON_FROM)" >&2
+MISSING=$("$PYTHON" -c 'import importlib.util as u
+print(" ".join(m for m in ("fedkit_core", "flwr", "tomli_w") if u.find_spec(m) is None))' 2>&1) ||
+  MISSING="fedkit_core flwr tomli_w (it did not run: $MISSING)"
+if [ -n "$MISSING" ]; then
+  echo "error: $PYTHON lacks $MISSING: install fedkit with Flower into its environment," \
+    "pip install 'fedkit[flower]' (from a checkout: pip install -e '.[flower]'), or set PYTHON" \
+    "to an interpreter that has them" >&2
+  exit 2
+fi
+if [ "$DRY_RUN" = 1 ]; then
+  exit 0
+fi
 NODES=3
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/fedkit-deploy.XXXXXX")
 PIDS=()

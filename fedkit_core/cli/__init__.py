@@ -37,11 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     from rich.text import Text
 
     from fedkit_core.cli.app import app
-    from fedkit_core.cli.options import err_console
+    from fedkit_core.cli.options import err_console, resume_hint
     from fedkit_core.errors import FedkitError
 
     command = typer.main.get_command(app)
-    interrupted = "interrupted: continue the run with `fedkit resume RUN_DIR`"
     try:
         code = command.main(args=args, prog_name="fedkit", standalone_mode=False)
     except USAGE_ERRORS as err:
@@ -58,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         err_console.print(Text.assemble(("error: ", "bold red"), str(err)), soft_wrap=True)
         return err.exit_code
     except KeyboardInterrupt:
-        err_console.print(interrupted)
+        err_console.print(f"interrupted: {resume_hint[0]}", soft_wrap=True)
         return 130
     except OSError as err:  # read-only folder, full disk, missing permission: not a bug
         if debug:
@@ -84,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     # without standalone mode, click returns the code of an explicit exit (--help: 0;
     # Ctrl-C during a run: typer's 130) and a command's return value (None) otherwise
     if code == 130:
-        err_console.print(interrupted)
+        err_console.print(f"interrupted: {resume_hint[0]}", soft_wrap=True)
     return code if isinstance(code, int) else 0
 
 

@@ -28,9 +28,10 @@ from fedkit_core.cli.options import (
     layers_of,
     observe,
     parse_formats,
+    resume_hint,
 )
 from fedkit_core.cli.prior_cmd import prior_app
-from fedkit_core.config import parse_sets
+from fedkit_core.config import load_yaml, parse_sets
 
 app = typer.Typer(
     help="fedkit: run, compare and reproduce federated learning methods on medical images.",
@@ -85,6 +86,7 @@ def run(
     )
     cfg, plugin_set = resolve_config(layers)
     out = out or default_out(cfg)
+    resume_hint[0] = f"continue the run with `fedkit resume {out}`"
     with observe(quiet, "rounds", logger, out) as observer:
         results = api.run_resolved(cfg, plugin_set, out=out, observer=observer)
     finish(results, out, quiet)
@@ -105,6 +107,7 @@ def resume(
     """Continue an interrupted run from its last completed round."""
     from fedkit_core import api
 
+    resume_hint[0] = f"continue the run with `fedkit resume {run_dir}`"
     with observe(quiet, "rounds", logger, run_dir) as observer:
         results = api.resume(run_dir, observer=observer, accept_edits=accept_edits)
     finish(results, run_dir, quiet)
@@ -137,6 +140,12 @@ def compare(
         help="the runspec each runspec's per-client gain is measured against (default: solo "
         "when compared, else the first runspec)",
     ),
+    allow_unpaired: bool = typer.Option(
+        False,
+        "--allow-unpaired",
+        help="compare runspecs that differ in task, data, clients or partition (refused "
+        "otherwise: their seeds are not pairs), with a warning in the tables",
+    ),
     quiet: bool = QuietOpt,
     logger: list[str] = LoggerOpt,
     private: bool = PrivateOpt,
@@ -162,7 +171,10 @@ def compare(
 
     The runspec `pooled` is the pooled reference: one model trained centrally on the union
     of the clients' training data (not federated), with the federation's number of steps;
-    `solo` is the local reference. Both are marked as references in tables and figures."""
+    `solo` is the local reference. Both are marked as references in tables and figures.
+
+    Precedence, the same for every key: command-line flags and --set, then a runspec's own
+    YAML file, then --config, then the defaults."""
     from fedkit_core import api
     from fedkit_core.cli.display import print_rows, rows_table
     from fedkit_core.errors import FedkitError
@@ -180,30 +192,30 @@ def compare(
         raise FedkitError("--seeds is empty; give at least one seed, e.g. --seeds 0,1,2")
     if jobs > 1 and logger:
         raise FedkitError("--logger tracks runs of this process: use it without --jobs")
-    base = layers_of(
-        config,
-        [],
-        task,
-        [],
-        rounds=rounds,
-        clients=clients,
-        engine=engine,
-        device=device,
-        private=private or None,
-        figure_formats=parse_formats(figure_formats),
-    )
-    sets = parse_sets(set_)
-    if sites is not None:
-        base.append({"sites": str(sites)})
+    # one precedence for every flag: flags and --set above the runspec files, above
+    # --config, above the defaults (flags are the top layer, as in `fedkit run`)
+    base = [load_yaml(config) if config else {}]
+    flags = {
+        "task.name": task,
+        "rounds": rounds,
+        "clients": clients,
+        "engine": engine,
+        "device": device,
+        "private": private or None,
+        "sites": None if sites is None else str(sites),
+        "figure_formats": parse_formats(figure_formats),
+    }
+    sets = {**parse_sets(set_), **{k: v for k, v in flags.items() if v is not None}}
     if target is not None:
         from fedkit_core.results.timing import parse_target
 
         if parse_target(target).tests:  # every round's test score, for the first to reach it
-            base.insert(1, {"eval_test": "every"})  # above the --config file, below --set
+            base.append({"eval_test": "every"})  # above the --config file
     for spec in runspecs:  # fail fast on a bad runspec or key, before hours of training
         resolve_config(cmp.runspec_layers(spec, base, sets))
     total = len(runspecs) * len(seed_list)
     counter = iter(range(1, total + 1))
+    resume_hint[0] = "run the same `fedkit compare` command again: finished runs are reused"
 
     def run_one(layers, path, spec, seed):
         title = f"[{next(counter)}/{total}] {spec} seed {seed}"
@@ -228,7 +240,10 @@ def compare(
         on_done=on_done,
         reference=reference,
         target=target,
+        allow_unpaired=allow_unpaired,
     )
+    for warning in found.warnings:
+        console.print(f"[yellow]warning: not paired: {warning}[/]")
     if not quiet:
         seeds_text = ", ".join(map(str, found.seeds))
         print_rows(console, found.rows(), f"mean ± std over seeds {seeds_text}, last round")

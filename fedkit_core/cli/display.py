@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rich import box
@@ -20,24 +21,44 @@ def _fmt(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
+def duration(seconds: float) -> str:
+    """``seconds`` for people: ``42 s``, ``3 min 20 s``, ``2 h 05 min``."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
 class RichProgress(Observer):
     """Rounds as a progress bar, the current phase (train, query, evaluate) below it, and
-    the latest metrics next to the bar."""
+    the latest metrics next to the bar. From the first round on, the bar also says how long
+    the rest of the run should take (the mean round so far times the rounds left), and the
+    first round prints the whole run's expected wall time once, so a long run is known to be
+    long in its first minute."""
 
-    def __init__(self, console: Console, title: str = ""):
+    def __init__(
+        self, console: Console, title: str = "", clock: Callable[[], float] = time.monotonic
+    ):
         self.console = console
+        self.clock = clock
         self.title = title
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
+            TextColumn("{task.fields[eta]}"),
             TextColumn("{task.fields[metrics]}"),
             console=console,
             transient=False,
         )
         self.rounds = None
         self.phase = None
+        self.started = 0.0
+        self.done = 0
+        self.total = 0
 
     def __enter__(self) -> RichProgress:
         self.progress.start()
@@ -51,9 +72,14 @@ class RichProgress(Observer):
             self.progress.remove_task(self.rounds)
             self.progress.remove_task(self.phase)
         self.rounds = self.progress.add_task(
-            self.title or "rounds", total=total_rounds, completed=first_round - 1, metrics=""
+            self.title or "rounds",
+            total=total_rounds,
+            completed=first_round - 1,
+            metrics="",
+            eta="",
         )
-        self.phase = self.progress.add_task("  starting", total=1, metrics="")
+        self.phase = self.progress.add_task("  starting", total=1, metrics="", eta="")
+        self.started, self.done, self.total = self.clock(), 0, total_rounds - first_round + 1
 
     def on_phase(self, round: int, phase: str, done: int, total: int) -> None:
         if self.phase is not None:
@@ -85,7 +111,16 @@ class RichProgress(Observer):
                 f"round {record['round']}: privacy spent ε = {privacy['epsilon']:.4f} "
                 f"at δ = {privacy['delta']:g}"
             )
-        self.progress.update(self.rounds, advance=1, metrics=text)
+        self.done += 1
+        per_round = (self.clock() - self.started) / self.done
+        left = per_round * (self.total - self.done)
+        eta = f"~{duration(left)} left" if self.done < self.total else ""
+        if self.done == 1 and self.total > 1:
+            self.progress.console.print(
+                f"round 1 took {duration(per_round)}: expect about "
+                f"{duration(per_round * self.total)} for {self.total} rounds"
+            )
+        self.progress.update(self.rounds, advance=1, metrics=text, eta=eta)
 
 
 #: shorter column headings for the console (results.json keeps the full names)
@@ -137,6 +172,8 @@ def print_run(console: Console, results: Mapping[str, Any]) -> None:
             f"({_megabytes(per_round['down'])} / {_megabytes(per_round['up'])} per round, "
             "all clients)"
         )
+    for warning in results.get("warnings", []):
+        console.print(f"[bold yellow]warning:[/] {warning}")
     for event in results.get("events", []):
         console.print(
             f"[yellow]round {event['round']}: client {event['client']} failed in "

@@ -105,6 +105,10 @@ def progress(quiet: bool, title: str = ""):
     return nullcontext(None) if quiet else RichProgress(console, title)
 
 
+#: what an interrupted command prints to say how to continue (the commands that run set it)
+resume_hint = ["continue the run with `fedkit resume RUN_DIR`"]
+
+
 @contextmanager
 def observe(quiet: bool, title: str, loggers: list[str], out: Path) -> Iterator[Observer]:
     """The progress display and a tracker per ``--logger`` of the run in ``out``, as one

@@ -38,7 +38,7 @@ from fedkit_core.messages import (
     take_out,
 )
 from fedkit_core.metrics.fairness import fairness
-from fedkit_core.metrics.statistics import add_stats
+from fedkit_core.metrics.statistics import add_stats, predicted_classes
 from fedkit_core.plugins import BUILTINS, PluginSet
 from fedkit_core.privacy.checks import declared_channels
 from fedkit_core.privacy.layer import ServerPrivacy, private_scalars, privatised_channels
@@ -644,12 +644,13 @@ class Server:
         per_view = _by_view(arrays, split)
         combine = _sum_stats if self.evaluation == "federated" else _concat
         views: dict[str, Any] = {}
+        predicted = None
         for view, clients in per_view.items():
             scores = {cid: self._metrics(values) for cid, values in clients.items()}
-            views[view] = {
-                "global": self._metrics(combine(list(clients.values()))),
-                "clients": scores,
-            }
+            pooled = combine(list(clients.values()))
+            views[view] = {"global": self._metrics(pooled), "clients": scores}
+            if view == "global":
+                predicted = predicted_classes(pooled)
         clients_scope = {
             cid: views[view]["clients"][cid]
             for cid, view in served.items()
@@ -667,6 +668,8 @@ class Server:
         for part in self.hook.fedkit_summary(server=self.ctx, scopes=scopes):
             summary.update(part or {})
         scopes["summary"] = summary
+        if predicted is not None:  # read by results.json's warnings (one class predicted)
+            scopes["predicted_classes"] = predicted
         return scopes
 
     def _metrics(self, arrays: Mapping[str, np.ndarray]) -> dict[str, float]:

@@ -8,6 +8,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedkit_core.extras import require
+
 
 def log_prior(counts: np.ndarray | torch.Tensor, eps: float) -> torch.Tensor:
     """``log(n_c / n + eps)``: the balanced-softmax offset; missing classes get ``log(eps)``."""
@@ -24,6 +26,7 @@ def balanced_softmax_ce(
 
 @lru_cache(maxsize=4)
 def _dice(include_background: bool):
+    require("monai", "the Dice loss (segmentation)")
     from monai.losses import DiceLoss
 
     return DiceLoss(include_background=include_background, to_onehot_y=True, softmax=True)

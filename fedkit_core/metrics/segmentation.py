@@ -14,9 +14,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedkit_core.extras import require
+
 
 def per_sample_dice(logits: torch.Tensor, target: torch.Tensor, num_classes: int) -> torch.Tensor:
     """(N, C) hard Dice of argmax(logits) against target label maps, background included."""
+    require("monai", "the Dice metric (segmentation)")
     from monai.metrics import compute_dice
 
     def one_hot(labels: torch.Tensor) -> torch.Tensor:

@@ -170,3 +170,13 @@ def _segmentation(stats: Mapping[str, np.ndarray], class_names: Sequence[str]) -
         for c, name in enumerate(class_names[1:], start=1):
             out[f"dice_{name}"] = float(mean[c])
     return out
+
+
+def predicted_classes(arrays: Mapping[str, np.ndarray]) -> list[int] | None:
+    """The classes a classifier predicted at least once, from summed statistics (the
+    confusion matrix's columns) or from pooled probabilities; ``None`` for segmentation."""
+    if "confusion" in arrays:
+        return [int(c) for c in np.flatnonzero(np.asarray(arrays["confusion"]).sum(0))]
+    if "probs" in arrays:
+        return sorted({int(c) for c in np.asarray(arrays["probs"]).argmax(1)})
+    return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from fedkit_core.extras import require
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.models.imagenet import LITE_MEAN, LITE_STD, build_lite, lite_name
 from fedkit_core.models.inputs import MIN_SIZE, PretrainedBackbone, PretrainedInput
@@ -52,8 +53,7 @@ def input_statistics(name: str, pretrained: bool) -> tuple[tuple[float, ...], ..
         return None
     if is_user_model(name):
         return None
-    import timm
-
+    timm = require("timm", f"model={name} (a timm model)")
     try:
         cfg = timm.models.get_pretrained_cfg(name)
     except Exception:  # an unknown name: the builder says so

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from fedkit_core.errors import FedkitError
+from fedkit_core.extras import require
 
 EXTRA = "pip install 'fedkit[pretrained]'"
 
@@ -81,9 +82,8 @@ def build_lite(name: str, pretrained: bool, num_classes: int = 0) -> nn.Module:
     """timm's ``tf_efficientnet_lite*`` for ``name`` (3 input channels), with the offline
     ImageNet weights when ``pretrained`` (no hub access); ``num_classes=0``: the pooled
     feature (1280-d), no classifier."""
-    import timm
-
     spec = LITE[lite_name(name) or name]
+    timm = require("timm", f"{name} (timm's {spec.arch})")
     net = timm.create_model(spec.arch, pretrained=False, num_classes=num_classes)
     if pretrained:
         path = weights_file(name)

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedkit_core.errors import FedkitError
+from fedkit_core.extras import require
 
 
 class SmallCNN(nn.Module):
@@ -131,7 +132,8 @@ def load_weights(module: nn.Module, path: str, *, strict: bool = False) -> None:
 
 
 def timm_backbone(name: str, in_channels: int, pretrained: bool) -> tuple[nn.Module, int]:
-    import timm
+    """The timm model ``name`` without its classifier, and its feature size."""
+    timm = require("timm", f"model={name} (not cnn, unet, resnet20..110: a timm model)")
 
     if name not in timm.list_models() and not timm.is_model(name):
         raise FedkitError(f"unknown model {name!r}: not cnn, unet, a CIFAR resnet or a timm model")
@@ -148,6 +150,7 @@ def unet(
     spatial_dims: int, in_channels: int, num_classes: int, channels: tuple[int, ...]
 ) -> nn.Module:
     """A MONAI U-Net with batch norm (the U-Nets of the segmentation papers use BN)."""
+    require("monai", "model=unet (segmentation)")
     from monai.networks.nets import UNet
 
     return UNet(

@@ -171,8 +171,14 @@ REFERENCES_KEY = "references"
 CONVERGENCE = "convergence"
 #: the compare.json key of the time to a target (``--target``)
 TIME_TO_TARGET = "time_to_target"
+#: the compare.json key of the sentences saying what a comparison's runspecs do not share
+#: (``allow_unpaired``)
+WARNINGS = "warnings"
 #: compare.json keys that are not runspecs
-RESERVED = (DIFF, CLIENTS, REFERENCES_KEY, CONVERGENCE, TIME_TO_TARGET)
+RESERVED = (DIFF, CLIENTS, REFERENCES_KEY, CONVERGENCE, TIME_TO_TARGET, WARNINGS)
+#: config keys (and key prefixes, ending in ``.``) that make seed k of two runspecs a pair:
+#: the same data, split the same way among the same clients
+PAIRING_KEYS = ("task.", "partition.", "clients")
 #: the compared numbers where lower is better (all others: higher is better)
 LOWER_IS_BETTER = ("final.fairness.std", "final.wall_seconds", "final.simulated_seconds")
 
@@ -272,6 +278,8 @@ class Comparison:
     target: dict[str, Any] | None = None
     #: whether compare.json and the rest were written (not in a read-only folder)
     written: bool = True
+    #: what the runspecs do not share, when compared anyway (``allow_unpaired``)
+    warnings: list[str] = field(default_factory=list)
 
     def rows(self) -> list[dict[str, str]]:
         """One row per compared number, one column per runspec (mean ± std), for a console;
@@ -491,6 +499,7 @@ def write_summary(
     clients: Mapping[str, Any] | None = None,
     converged: Mapping[str, Mapping[str, Any]] | None = None,
     formats: Sequence[str] = ("png",),
+    differences: Sequence[str] = (),
 ) -> None:
     """``compare.md`` and ``compare.tex`` (the table and its notes, references marked;
     ``compare.md`` also the paired differences ``diff`` and the per-client tables of
@@ -507,6 +516,8 @@ def write_summary(
     headers = [metric_label(c) for c in columns]
     paragraphs = notes(table, main, seeds, views, references, bn)
     parts = [*paragraphs, markdown_table(table, columns, headers=headers, labels=labels)]
+    if differences:  # allowed with --allow-unpaired: said before any number is read
+        parts.insert(0, "**Warning: not paired.** " + "; ".join(differences) + ".")
     if converged:
         parts.append(convergence_note(converged))
     if diff:
@@ -557,6 +568,32 @@ def planned_runs(
         for spec in runspecs
         for seed in seeds
     ]
+
+
+def unpaired(plan: Sequence[tuple[str, int, Path, list[Mapping[str, Any]]]]) -> list[str]:
+    """One sentence per :data:`PAIRING_KEYS` key on which the planned runspecs disagree
+    (``clients: fedavg 6, fedcb.yaml 10``): their seed k would not be the same experiment,
+    so their paired differences would mean nothing."""
+    from fedkit_core.resolve import resolve_config
+
+    values: dict[str, dict[str, Any]] = {}
+    for spec, _, _, layers in plan:
+        if spec in values:
+            continue
+        cfg, _ = resolve_config(list(layers))
+        values[spec] = {
+            k: cfg[k]
+            for k in cfg.options
+            if k in PAIRING_KEYS or k.startswith(tuple(p for p in PAIRING_KEYS if p[-1] == "."))
+        }
+    keys = sorted({k for v in values.values() for k in v})
+    sentences = []
+    for key in keys:
+        seen = {spec: v.get(key, "-") for spec, v in values.items()}
+        seen = {spec: "default" if x is None else x for spec, x in seen.items()}
+        if len({repr(x) for x in seen.values()}) > 1:
+            sentences.append(f"{key}: " + ", ".join(f"{s} {x}" for s, x in seen.items()))
+    return sentences
 
 
 def refuse_shared_folders(runspecs: Sequence[str], out: Path) -> None:
@@ -614,6 +651,7 @@ def compare(
     on_done: Callable[[str, int], None] | None = None,
     reference: str | None = None,
     target: str | None = None,
+    allow_unpaired: bool = False,
 ) -> Comparison:
     """Run every runspec for every seed (reusing or continuing runs of the same config) and
     summarise exactly those runs.
@@ -634,6 +672,10 @@ def compare(
     ``target`` (``final.global.bacc=0.80``): also the time each run took to reach it
     (:mod:`fedkit_core.results.timing`: a table in ``compare.md``, ``compare.json`` key
     ``time_to_target``, the figure ``compare-time``).
+    Runspecs that differ in what pairs their seeds (:data:`PAIRING_KEYS`: the task and its
+    data, the partition, the number of clients) are refused before anything runs, unless
+    ``allow_unpaired``: then the differences are kept under ``warnings`` in ``compare.json``
+    and head ``compare.md``.
     """
     from fedkit_core import api
     from fedkit_core.results import timing
@@ -657,6 +699,14 @@ def compare(
     if not isinstance(jobs, int) or jobs < 1:
         raise FedkitError(f"--jobs must be a whole number of at least 1, got {jobs!r}")
     plan = planned_runs(runspecs, seeds, out, base, sets or {})
+    differences = unpaired(plan)
+    if differences and not allow_unpaired:
+        raise FedkitError(
+            "these runspecs are not paired (their seed k would not be the same experiment): "
+            + "; ".join(differences)
+            + ". Make them agree (command-line flags and --set win over runspec files), or "
+            "pass --allow-unpaired to compare them anyway with a warning in the table"
+        )
     refuse_foreign_runs(plan)
     outputs, labels = OwnedOutputs(out, MANIFEST), {runspec_label(s) for s in runspecs}
     written = writable(out)  # a read-only folder of complete runs is summarised, not written
@@ -683,18 +733,34 @@ def compare(
     times = timing.target_table(runs, goal) if goal is not None else None
     if not written:
         return Comparison(
-            table, main, list(seeds), diff, references, clients, converged, bn, times, False
+            table,
+            main,
+            list(seeds),
+            diff,
+            references,
+            clients,
+            converged,
+            bn,
+            times,
+            False,
+            differences,
         )
     formats = plan_formats(plan)
     summary = {**table, **({DIFF: diff} if diff else {}), CLIENTS: clients}
+    if differences:
+        summary[WARNINGS] = [f"not paired: {d}" for d in differences]
     if times is not None:
         summary[TIME_TO_TARGET] = times
     write_json(
         out / "compare.json",
         {**summary, REFERENCES_KEY: references, CONVERGENCE: converged},
     )
-    write_summary(out, table, runs, main, seeds, diff, references, clients, converged, formats)
+    write_summary(
+        out, table, runs, main, seeds, diff, references, clients, converged, formats, differences
+    )
     if times is not None:
         timing.write_target(out, runs, goal, times, formats)
     outputs.record(labels)
-    return Comparison(table, main, list(seeds), diff, references, clients, converged, bn, times)
+    return Comparison(
+        table, main, list(seeds), diff, references, clients, converged, bn, times, True, differences
+    )

@@ -24,7 +24,10 @@ metric across clients), ``summary``, ``views``; ``best`` (the round with the bes
 validation main metric, or the best clients' mean where no pooled global view exists, and
 its test scopes), ``bytes`` (totals down and up, setup included), ``wall_seconds`` and, in a
 DP run, ``privacy`` (the mechanism, its parameters, ``epsilon`` spent at ``delta``, what
-evaluation reveals; see docs/privacy.md).
+evaluation reveals; see docs/privacy.md). ``warnings`` lists sentences about a result that
+looks valid but is not (a model predicting one class for every test image, or no
+foreground; :func:`run_warnings`); a test-scored round record of a classification task holds
+``predicted_classes``, the classes its global model predicted on that split.
 
 Runs with a virtual clock (``sites``, or an ``aggregation`` other than ``sync``; see
 docs/hospitals.md) also hold ``simulated_seconds`` in every round record (the simulated
@@ -164,6 +167,7 @@ def build_results(
     if privacy is not None:  # differential privacy: the mechanism and the epsilon spent
         final["privacy"] = dict(privacy)
     edits = {"config_edits": [dict(e) for e in config_edits]} if config_edits else {}
+    warned = run_warnings(scored[-1] if scored else {}, task)
     return Results(
         status=status,
         **marker,
@@ -178,7 +182,40 @@ def build_results(
         priors=prior_digests(priors or {}),
         normalisation=describe_normalisation(normalisation or {}),
         final=final,
+        warnings=warned,
     )
+
+
+#: why a model ends up predicting one class, said with the warning
+ONE_CLASS_CAUSES = (
+    "Usual causes: too few rounds or local steps for the data, a learning rate too high "
+    "(the loss diverged) or too low, a strong class imbalance trained without a balanced "
+    "loss (try --set loss=bsm), or labels that are not 0..K-1 per class."
+)
+
+
+def run_warnings(last: Mapping[str, Any], task: Mapping[str, Any]) -> list[str]:
+    """Sentences about a result that looks valid but is not (``results.json``'s
+    ``warnings``): a classifier whose global model predicts one class for every test image
+    (its bACC is chance, whatever its AUC), a segmentation model that finds no foreground."""
+    names = list(task.get("class_names") or [])
+    predicted = last.get("predicted_classes")
+    if predicted is not None and len(predicted) == 1 and len(names) != 1:
+        c = predicted[0]
+        name = names[c] if c < len(names) else str(c)
+        return [
+            f"the global model predicts a single class, {name!r} (class {c}), for every test "
+            f"image at every site: its accuracy is that class's share and its bACC is chance. "
+            + ONE_CLASS_CAUSES
+        ]
+    dice = last.get("global", {}).get("dice")
+    if dice is not None and dice < 1e-3:
+        return [
+            f"the global model finds no foreground (test Dice {dice:.4f}): it predicts "
+            "background everywhere. Usual causes: too few rounds, a learning rate too high or "
+            "too low, or masks whose foreground is not 1..K-1."
+        ]
+    return []
 
 
 #: what the ``global`` view evaluates, per batch-norm policy (``normalisation.bn``)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from fedkit_core.extras import require
 from fedkit_core.options import Option
 from fedkit_core.tasks.base import SEGMENTATION, Augment, TaskData
 
@@ -29,6 +30,7 @@ def attach(data: TaskData, enabled: bool) -> TaskData:
 
 def flips_and_rotations(segmentation: bool, spatial_dims: int = 2) -> Augment:
     """An :data:`~fedkit_core.tasks.base.Augment` for batches (N, C, *spatial)."""
+    require("monai", "task.augment=true")
     from monai.transforms import Compose, RandFlipd, RandRotate90d
 
     keys = ["image", "label"] if segmentation else ["image"]

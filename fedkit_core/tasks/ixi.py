@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
+from fedkit_core.extras import require
 from fedkit_core.options import Option
 from fedkit_core.tasks import files
 from fedkit_core.tasks.augment import AUGMENT_OPTION, attach
@@ -142,7 +143,8 @@ def _read_metadata(path: Path) -> dict[int, str]:
 
 def _volume(image: Path, label: Path, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """(1, D, H, W) z-scored float32 image and (D, H, W) int64 mask at ``shape``."""
-    import nibabel as nib
+    nib = require("nibabel", "task ixi", "nifti")
+    require("monai", "task ixi", "nifti")
     from monai.transforms import NormalizeIntensity, Resize
 
     volume = np.asarray(nib.load(image).dataobj, dtype=np.float32)[None]
@@ -164,7 +166,7 @@ def write_fake(
     """FLamby's ``IXI_sample/IXI<ID>-<centre>-<n>/{T1,label}/*.nii.gz`` (inside the
     download's folder) and ``metadata_tiny.csv``; ``subjects``: centre -> (train, test)
     counts. Returns ``root``."""
-    import nibabel as nib
+    nib = require("nibabel", "writing NIfTI files", "nifti")
 
     rng = np.random.default_rng(seed)
     base = Path(root) / "7kd5wj7v7p-3" / "IXI_sample"

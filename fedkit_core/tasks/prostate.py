@@ -28,6 +28,7 @@ import torch
 
 from fedkit_core.config import Config
 from fedkit_core.errors import FedkitError
+from fedkit_core.extras import require
 from fedkit_core.options import Option
 from fedkit_core.tasks import fakes, files
 from fedkit_core.tasks.augment import AUGMENT_OPTION, attach
@@ -200,8 +201,10 @@ def _decode(folder: Path, layout: str, groups: dict[str, list], size: int) -> di
 
 def _slices(volume_path: Path, mask_path: Path, size: int) -> tuple[np.ndarray, np.ndarray]:
     """A case's slices holding prostate: images (K,1,S,S) uint8, labels (K,S,S) 0 / 1."""
-    import nibabel as nib
     import torch.nn.functional as F
+
+    nib = require("nibabel", "task prostate", "nifti")
+    require("monai", "task prostate", "nifti")
     from monai.transforms import ScaleIntensityRangePercentiles
 
     volume = np.asarray(nib.load(volume_path).dataobj, dtype=np.float32)
@@ -279,7 +282,7 @@ def write_fake_volumes(
     """The NIfTI release: ``<site>/CaseNN.nii.gz`` + ``CaseNN_segmentation.nii.gz``
     (``_Segmentation`` for HK); int16 MR intensities; the first and last slice of every
     case hold no prostate. Returns ``root``."""
-    import nibabel as nib
+    nib = require("nibabel", "writing NIfTI files", "nifti")
 
     rng = np.random.default_rng(seed)
     base = Path(root)

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
+from fedkit_core.extras import require
 from fedkit_core.options import Option
 from fedkit_core.tasks.base import SEGMENTATION, Split, TaskData
 from fedkit_core.tasks.spec import SEGMENTATION_DEFAULTS, TaskSpec
@@ -33,6 +34,7 @@ SPEC = TaskSpec(
 
 
 def load(config: Config) -> TaskData:
+    require("monai", "task synthetic-seg")
     from monai.transforms import AdjustContrast, GaussianSmooth, RandBiasField
 
     opts = config.section("task")

@@ -4,15 +4,14 @@ files", so that a backend only implements those calls."""
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from fedkit_core import extras
 from fedkit_core.engines.server import Observer
-from fedkit_core.errors import FedkitError
 from fedkit_core.results.schema import has_test
 from fedkit_core.results.store import RunDir
 
@@ -22,13 +21,9 @@ FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 
 def require(module: str, extra: str) -> ModuleType:
     """Import a backend's library, or say which fedkit extra installs it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as err:
-        raise FedkitError(
-            f"--logger {extra} needs the `{module}` package: pip install 'fedkit[{extra}]' "
-            f"(or 'fedkit[tracking]' for every logger) [{err}]"
-        ) from None
+    return extras.require(
+        module, f"--logger {extra}", extra, "or 'fedkit[tracking]' for every logger"
+    )
 
 
 def flat_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -23,4 +23,4 @@ def test_example_configs_resolve(path):
 
 
 def test_examples_exist():
-    assert {p.name for p in EXAMPLES.glob("*.yaml")} >= {"prostate.yaml", "drive-cpu.yaml"}
+    assert {p.name for p in EXAMPLES.glob("*.yaml")} >= {"paper.yaml", "drive-cpu.yaml"}
