@@ -34,9 +34,10 @@ def test_a_segmentation_model_without_foreground_is_said():
 
 @pytest.mark.parametrize("evaluation", ["federated", "pooled"])
 def test_a_collapsed_run_warns_in_results_and_a_healthy_one_does_not(tmp_path, evaluation):
+    # lr 50 diverges into one class; which one depends on the last bits of the arithmetic
     collapsed = api.run(tiny(lr=50.0, evaluation=evaluation), out=tmp_path / "collapsed")
-    assert collapsed["rounds"][-1]["predicted_classes"] == [2]
-    assert len(collapsed["warnings"]) == 1 and "'pattern2'" in collapsed["warnings"][0]
+    (only,) = collapsed["rounds"][-1]["predicted_classes"]
+    assert len(collapsed["warnings"]) == 1 and f"'pattern{only}'" in collapsed["warnings"][0]
     assert collapsed["final"]["global"]["bacc"] == pytest.approx(0.25)  # chance: 4 classes
     healthy = api.run(tiny(lr=0.05, evaluation=evaluation), out=tmp_path / "healthy")
     assert healthy["warnings"] == [] and len(healthy["rounds"][-1]["predicted_classes"]) > 1
