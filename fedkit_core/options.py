@@ -10,7 +10,7 @@ from fedkit_core.errors import FedkitError
 
 _SCALARS = {"int": int, "float": float, "bool": bool, "str": str}
 _NUMERIC = {"int", "float", "list[int]", "list[float]"}
-_TYPES = {*_SCALARS, *_NUMERIC, "list[str]", "dict"}
+_TYPES = {*_SCALARS, *_NUMERIC, "list[str]", "dict", "list[dict]"}
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class Option:
     """One config key: its type, default and help text.
 
     ``type`` is one of ``int``, ``float``, ``bool``, ``str``, ``list[int]``,
-    ``list[float]``, ``list[str]``, ``dict`` (a Python type or its name). A default of
+    ``list[float]``, ``list[str]``, ``dict``, ``list[dict]`` (a Python type or its name). A default of
     ``None`` makes the option nullable. ``choices`` restricts the allowed values and ``min``
     and ``max`` are inclusive bounds of a number (each of a list's items), checked when the
     config is resolved, before any data is loaded.
@@ -70,7 +70,14 @@ class Option:
             if self.nullable:
                 return None
             raise FedkitError(f"config key {key!r} must not be null (expected {self.describe()})")
-        if self.type.startswith("list["):
+        if self.type == "list[dict]":
+            value = value if isinstance(value, (list, tuple)) else [value]
+            if not all(isinstance(v, dict) for v in value):
+                raise FedkitError(
+                    f"config key {key!r} must be a list of mappings, got {short_repr(value)}"
+                )
+            result = [dict(v) for v in value]
+        elif self.type.startswith("list["):
             item = _SCALARS[self.type[5:-1]]
             if isinstance(value, str):
                 value = [v.strip() for v in value.strip("[]").split(",") if v.strip()]
