@@ -15,7 +15,7 @@ Each such data set's module (hyperkvasir, oct_c8, kvasir_v2, pneumonia) states i
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,12 +110,15 @@ def load(config: Config, spec: TaskSpec, layout: FolderSet) -> TaskData:
     return attach(data, opts["augment"])
 
 
-def split_dirs(folder: Path) -> dict[str, Path]:
-    """``{train,val,test}`` subfolders that hold class folders, by canonical split name."""
+def split_dirs(
+    folder: Path, samples: Callable[[Path], list[Path]] = files.list_images
+) -> dict[str, Path]:
+    """``{train,val,test}`` subfolders that hold class folders of ``samples`` (images by
+    default), by canonical split name."""
     out = {}
     for sub in files.subdirs(folder):
         split = SPLIT_NAMES.get(sub.name.lower())
-        if split and any(files.list_images(c) for c in files.subdirs(sub)):
+        if split and any(samples(c) for c in files.subdirs(sub)):
             out[split] = sub
     return out
 

@@ -14,7 +14,8 @@ folders outside the layout are skipped with a warning naming them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ import torch
 from fedkit_core.config import Config
 from fedkit_core.options import Option
 from fedkit_core.tasks import classfolders, files
-from fedkit_core.tasks.augment import AUGMENT_OPTION, attach
+from fedkit_core.tasks.augment import AUGMENT_OPTION, TRANSFORMS_OPTION, attach
 from fedkit_core.tasks.base import CLASSIFICATION, Split, TaskData
 from fedkit_core.tasks.cache import CACHE_OPTION, cached
 from fedkit_core.tasks.spec import TaskSpec
@@ -46,7 +47,7 @@ SPEC = TaskSpec(
     description="your classification images as <site>/[<split>/]<class>/*.png|jpg, sites = clients",
     kind=CLASSIFICATION,
     loader=f"{__name__}:load",
-    options=(CACHE_OPTION, AUGMENT_OPTION, CHANNELS),
+    options=(CACHE_OPTION, AUGMENT_OPTION, TRANSFORMS_OPTION, CHANNELS),
     defaults={"task.image_size": SIZE},
     needs_path=True,
     layout=(
@@ -55,25 +56,27 @@ SPEC = TaskSpec(
     ),
 )
 
-#: one site's images: split -> class folder name -> image files
+#: one site's samples: split -> class folder name -> sample paths
 SiteTree = dict[str, dict[str, list[Path]]]
+
+
+@dataclass(frozen=True)
+class Samples:
+    """What one sample of a class folder is: ``list`` gives those directly in a folder
+    (sorted), ``noun`` names them in messages. Lets other formats share the layout."""
+
+    noun: str
+    list: Callable[[Path], list[Path]]
+
+
+IMAGES = Samples("images", files.list_images)
 
 
 def load(config: Config) -> TaskData:
     """The sites, splits and classes found under ``task.path`` (see the module docstring)."""
     opts = config.section("task")
     root = Path(config["task.path"])
-    trees = {site: _site_tree(folder) for site, folder in _sites(root).items()}
-    classes = sorted({c for tree in trees.values() for split in tree.values() for c in split})
-    if len(classes) < 2:
-        raise SPEC.layout_error(root, f"found only the class folders {classes}; need two or more")
-    items = {
-        site: {
-            split: [(p, classes.index(c)) for c, ps in t.items() for p in ps]
-            for split, t in tree.items()
-        }
-        for site, tree in trees.items()
-    }
+    classes, items = discover(SPEC, root, IMAGES)
     inputs = [p for splits in items.values() for entries in splits.values() for p, _ in entries]
     size = opts["image_size"] or SIZE
 
@@ -87,69 +90,94 @@ def load(config: Config) -> TaskData:
 
     params = {"size": size, "channels": opts["channels"]}
     data = cached(SPEC.name, VERSION, root, inputs, params, build, opts["cache"])
-    return attach(data, opts["augment"])
+    return attach(data, opts["augment"], opts["transforms"])
 
 
-def _holds_classes(folder: Path) -> bool:
-    """Is ``folder`` one site's folder: split folders, or class folders holding images?"""
-    return bool(classfolders.split_dirs(folder)) or any(
-        files.list_images(sub) for sub in files.subdirs(folder)
+def discover(
+    spec: TaskSpec, root: Path, kind: Samples
+) -> tuple[list[str], dict[str, dict[str, list[tuple[Path, int]]]]]:
+    """The class names (sorted union over the sites) and, per site and split, its samples
+    with their labels, found under ``root`` in the layout of the module docstring; the
+    layout errors name ``spec``'s layout."""
+    trees = {
+        site: _site_tree(spec, folder, kind) for site, folder in _sites(spec, root, kind).items()
+    }
+    classes = sorted({c for tree in trees.values() for split in tree.values() for c in split})
+    if len(classes) < 2:
+        raise spec.layout_error(root, f"found only the class folders {classes}; need two or more")
+    items = {
+        site: {
+            split: [(p, classes.index(c)) for c, ps in t.items() for p in ps]
+            for split, t in tree.items()
+        }
+        for site, tree in trees.items()
+    }
+    return classes, items
+
+
+def _holds_classes(folder: Path, kind: Samples) -> bool:
+    """Is ``folder`` one site's folder: split folders, or class folders holding samples?"""
+    return bool(classfolders.split_dirs(folder, kind.list)) or any(
+        kind.list(sub) for sub in files.subdirs(folder)
     )
 
 
-def _sites(root: Path) -> dict[str, Path]:
+def _sites(spec: TaskSpec, root: Path, kind: Samples) -> dict[str, Path]:
     """Site name -> folder; the root itself is the one site ``all`` when it holds split
-    folders, or class folders and no site folders (a stray image in a site folder does not
+    folders, or class folders and no site folders (a stray sample in a site folder does not
     turn the sites into classes)."""
     if not root.is_dir():
-        raise SPEC.layout_error(root, "task.path is not a folder")
-    if classfolders.split_dirs(root):
+        raise spec.layout_error(root, "task.path is not a folder")
+    if classfolders.split_dirs(root, kind.list):
         return {ALL: root}
     sites, others = {}, []
     for sub in files.subdirs(root):
-        if _holds_classes(sub):
+        if _holds_classes(sub, kind):
             sites[sub.name] = sub
         else:
             others.append(sub)
-    if not sites and any(files.list_images(sub) for sub in others):
+    if not sites and any(kind.list(sub) for sub in others):
         return {ALL: root}
     if not sites:
-        raise SPEC.layout_error(root, "found no folders of images (<site>/<class>/<image>)")
+        raise spec.layout_error(
+            root, f"found no folders of {kind.noun} (<site>/<class>/<{kind.noun[:-1]}>)"
+        )
     if others:
-        files.warn(f"{root}: skipped {_names(others)}: no class folders of images inside")
+        files.warn(f"{root}: skipped {_names(others)}: no class folders of {kind.noun} inside")
     return sites
 
 
-def _site_tree(folder: Path) -> SiteTree:
+def _site_tree(spec: TaskSpec, folder: Path, kind: Samples) -> SiteTree:
     """One site's class folders by split; ``train`` only when the site has no split folders."""
-    splits = classfolders.split_dirs(folder)
+    splits = classfolders.split_dirs(folder, kind.list)
     if not splits:
-        return {"train": _class_images(folder)}
+        return {"train": _class_samples(folder, kind)}
     if "train" not in splits:
-        raise SPEC.layout_error(folder, f"split folders {sorted(splits)} without a train folder")
+        raise spec.layout_error(folder, f"split folders {sorted(splits)} without a train folder")
     skipped = [sub for sub in files.subdirs(folder) if sub not in splits.values()]
     if skipped:
         files.warn(f"{folder}: skipped {_names(skipped)} beside the split folders")
-    return {split: _class_images(sub) for split, sub in splits.items()}
+    return {split: _class_samples(sub, kind) for split, sub in splits.items()}
 
 
-def _class_images(folder: Path) -> dict[str, list[Path]]:
-    """Class folder name -> its images; anything else in or beside them is reported."""
+def _class_samples(folder: Path, kind: Samples) -> dict[str, list[Path]]:
+    """Class folder name -> its samples; anything else in or beside them is reported."""
     out, empty, strays = {}, [], [p for p in folder.iterdir() if p.is_file()]
     for sub in files.subdirs(folder):
-        images = files.list_images(sub)
-        if images:
-            out[sub.name] = images
+        samples = kind.list(sub)
+        if samples:
+            out[sub.name] = samples
         else:
             empty.append(sub)
-        strays += [p for p in sub.iterdir() if not files.is_image(p) and not _hidden(p)]
+        listed = set(samples)
+        strays += [p for p in sub.iterdir() if p not in listed and not _hidden(p)]
     strays = [p for p in strays if not _hidden(p)]
     if empty:
-        files.warn(f"{folder}: skipped {_names(empty)}: no images directly inside")
+        files.warn(f"{folder}: skipped {_names(empty)}: no {kind.noun} directly inside")
     if strays:
         files.warn(
-            f"{folder}: skipped {len(strays)} file(s) that are not images in class folders: "
-            f"{_names(strays)}"
+            f"{folder}: skipped {len(strays)} file(s) that are not {kind.noun} in class "
+            f"folders: {_names(strays)}"
         )
     return out
 
