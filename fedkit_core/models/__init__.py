@@ -69,18 +69,29 @@ def input_min_size(name: str, pretrained: bool) -> int | None:
 
 
 def build_backbone(
-    name: str, in_channels: int, pretrained: bool = False, normalizer: Normalizer | None = None
+    name: str,
+    in_channels: int,
+    pretrained: bool = False,
+    normalizer: Normalizer | None = None,
+    spatial_dims: int = 2,
 ) -> tuple[nn.Module, int]:
     """A classification backbone ``(module, feature_dim)``: cnn, a CIFAR resnet, an offline
-    EfficientNet-Lite, or timm.
+    EfficientNet-Lite, or timm; for volumes (``spatial_dims=3``) only cnn, in 3D.
 
     Backbones with :func:`input_statistics` take 3-channel input behind a
     :class:`PretrainedInput` that undoes ``normalizer`` (the task's; None: images in
     [0, 1]) and applies their pretraining's normalisation.
     """
     if name == "cnn":
-        net = SmallCNN(in_channels)
+        net = SmallCNN(in_channels, spatial_dims=spatial_dims)
         return net, net.out_features
+    if spatial_dims != 2:
+        from fedkit_core.errors import FedkitError
+
+        raise FedkitError(
+            f"model={name} takes 2D images; for {spatial_dims}D volumes use model=cnn (a 3D "
+            "CNN) or your own model (model=module:factory)"
+        )
     if name in CIFAR_RESNETS:
         net = CifarResNet(CIFAR_RESNETS[name], in_channels)
         return net, net.out_features
@@ -125,7 +136,9 @@ def build_model(
         from fedkit_core.errors import FedkitError
 
         raise FedkitError(f"model=unet is for segmentation; task {task.name!r} is classification")
-    backbone, dim = build_backbone(name, task.in_channels, pretrained, normalizer)
+    backbone, dim = build_backbone(
+        name, task.in_channels, pretrained, normalizer, task.spatial_dims
+    )
     if isinstance(backbone, PretrainedBackbone):
         check_image_size(task, name, backbone.input.min_size)
     if weights:

@@ -15,23 +15,29 @@ from fedkit_core.extras import require
 
 
 class SmallCNN(nn.Module):
-    """Three conv-BN-ReLU stages and global average pooling: the default classifier backbone."""
+    """Three conv-BN-ReLU stages and global average pooling: the default classifier backbone,
+    for 2D images or (``spatial_dims=3``) volumes (N, C, D, H, W)."""
 
-    def __init__(self, in_channels: int, width: int = 32):
+    def __init__(self, in_channels: int, width: int = 32, spatial_dims: int = 2):
         super().__init__()
+        if spatial_dims not in (2, 3):
+            raise FedkitError(f"model=cnn takes 2D images or 3D volumes, not {spatial_dims}D")
+        conv, norm, pool, gap = (
+            (nn.Conv2d, nn.BatchNorm2d, nn.MaxPool2d, nn.AdaptiveAvgPool2d)
+            if spatial_dims == 2
+            else (nn.Conv3d, nn.BatchNorm3d, nn.MaxPool3d, nn.AdaptiveAvgPool3d)
+        )
 
         def block(cin: int, cout: int) -> nn.Sequential:
-            return nn.Sequential(
-                nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()
-            )
+            return nn.Sequential(conv(cin, cout, 3, padding=1, bias=False), norm(cout), nn.ReLU())
 
         self.features = nn.Sequential(
             block(in_channels, width),
-            nn.MaxPool2d(2),
+            pool(2),
             block(width, 2 * width),
-            nn.MaxPool2d(2),
+            pool(2),
             block(2 * width, 4 * width),
-            nn.AdaptiveAvgPool2d(1),
+            gap(1),
             nn.Flatten(),
         )
         self.out_features = 4 * width
