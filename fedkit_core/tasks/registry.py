@@ -25,6 +25,7 @@ BUILTINS = {
     "npz": "fedkit_core.tasks.npz",
     "npz-seg": "fedkit_core.tasks.npz_seg",
     "folder": "fedkit_core.tasks.folder",
+    "folder3d": "fedkit_core.tasks.folder3d",
     "prostate": "fedkit_core.tasks.prostate",
     "rif": "fedkit_core.tasks.fundus",
     "ixi": "fedkit_core.tasks.ixi",
