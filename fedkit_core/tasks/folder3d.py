@@ -165,13 +165,13 @@ def _finite(volume: np.ndarray, path: Path) -> np.ndarray:
 def write_fake(
     root: Path,
     sites: Sequence[str] = ("a", "b"),
-    classes: Sequence[str] = ("normal", "lesion"),
+    classes: Sequence[str] = ("healthy", "lesion"),
     per_class: int = 3,
     shape: tuple[int, int, int] = (12, 12, 12),
     seed: int = 0,
 ) -> Path:
-    """``root/<site>/<class>/*.nii.gz`` noise volumes; the sorted classes' second and later
-    hold a bright blob in the centre (brighter per label). Returns ``root``."""
+    """``root/<site>/<class>/*.nii.gz`` noise volumes; those of label k (the sorted classes'
+    position) hold a centre blob 200 * k brighter (label 0: none). Returns ``root``."""
     nib = require("nibabel", "writing NIfTI files", "nifti")
     rng = np.random.default_rng(seed)
     order = sorted(classes)
