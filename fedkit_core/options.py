@@ -18,8 +18,8 @@ class Option:
     """One config key: its type, default and help text.
 
     ``type`` is one of ``int``, ``float``, ``bool``, ``str``, ``list[int]``,
-    ``list[float]``, ``list[str]``, ``dict``, ``list[dict]`` (a Python type or its name). A default of
-    ``None`` makes the option nullable. ``choices`` restricts the allowed values and ``min``
+    ``list[float]``, ``list[str]``, ``dict``, ``list[dict]`` (a Python type or its name).
+    A default of ``None`` makes the option nullable. ``choices`` restricts the allowed values and ``min``
     and ``max`` are inclusive bounds of a number (each of a list's items), checked when the
     config is resolved, before any data is loaded.
     """
