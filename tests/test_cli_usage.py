@@ -52,6 +52,7 @@ def test_config_lists_every_key_with_type_default_and_help(capsys):
         assert line in lines
     assert "fca.l1  float = 1.0" in lines
     assert "weight of the federated head's calibrated loss (lambda_1)" in words
+    assert "< --config FILE < a runspec's own YAML (fedkit compare) < --set" in words
     assert max(map(len, out.splitlines())) <= 80
 
 

@@ -34,6 +34,14 @@ def config(
     for section in config_sections(cfg):
         console.print(section)
     console.print("\nset a key with `--set key=value` or in a YAML file given to --config")
+    console.print(PRECEDENCE)
+
+
+#: where a key's value comes from, the later winning: the same for every key and command
+PRECEDENCE = (
+    "precedence, lowest first: the defaults above < --config FILE < a runspec's own YAML "
+    "(fedkit compare) < --set key=value and the flags (--rounds, --clients, --task, ...)"
+)
 
 
 def config_sections(cfg: Config) -> Iterator[RenderableType]:
