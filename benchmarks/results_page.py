@@ -191,7 +191,7 @@ METHODS = [
         "Elbatel et al. 2023, Tables 1-3: on Fed-ISIC2019 with an ImageNet ResNet-18 and a "
         "frozen self-supervised ResNet-50 prior, higher bACC and tail-class accuracy than "
         "FedAvg with balanced softmax (BSM-FL).",
-        "The FCA setting above (the same FedAvg, pooled and solo runs), with the prior a frozen "
+        "The FCA setting above (the same FedAvg runs, and references), with the prior a frozen "
         "ImageNet EfficientNet-Lite0 (the only pretrained image encoder offline; the paper: "
         "MoCo-v2 ResNet-50), tail classes: fewer than 100 training images (grade 4).",
         _cfg("retina-pretrained"),
