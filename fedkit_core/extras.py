@@ -9,7 +9,13 @@ from types import ModuleType
 from fedkit_core.errors import FedkitError
 
 #: the extra that installs each optional top-level module (``pip install 'fedkit[extra]'``)
-EXTRA_OF = {"timm": "timm", "open_clip": "clip", "monai": "monai", "nibabel": "nifti", "pydicom": "dicom"}
+EXTRA_OF = {
+    "timm": "timm",
+    "open_clip": "clip",
+    "monai": "monai",
+    "nibabel": "nifti",
+    "pydicom": "dicom",
+}
 
 
 def require(

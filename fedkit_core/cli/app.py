@@ -178,7 +178,6 @@ def compare(
     from fedkit_core import api
     from fedkit_core.cli.display import print_rows, rows_table
     from fedkit_core.errors import FedkitError
-    from fedkit_core.resolve import resolve_config
     from fedkit_core.results import compare as cmp
     from fedkit_core.results.convergence import convergence_note
     from fedkit_core.results.labels import metric_name
@@ -211,8 +210,6 @@ def compare(
 
         if parse_target(target).tests:  # every round's test score, for the first to reach it
             base.append({"eval_test": "every"})  # above the --config file
-    for spec in runspecs:  # fail fast on a bad runspec or key, before hours of training
-        resolve_config(cmp.runspec_layers(spec, base, sets))
     total = len(runspecs) * len(seed_list)
     counter = iter(range(1, total + 1))
     resume_hint[0] = "run the same `fedkit compare` command again: finished runs are reused"

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from fedkit_core.config import AGGREGATION_MODES, load_yaml
+from fedkit_core.config import AGGREGATION_MODES, Config, load_yaml
 from fedkit_core.errors import FedkitError
 from fedkit_core.metrics.paired import paired_difference
 from fedkit_core.plugins import BUILTINS, installed
@@ -570,22 +570,29 @@ def planned_runs(
     ]
 
 
-def unpaired(plan: Sequence[tuple[str, int, Path, list[Mapping[str, Any]]]]) -> list[str]:
-    """One sentence per :data:`PAIRING_KEYS` key on which the planned runspecs disagree
-    (``clients: fedavg 6, fedcb.yaml 10``): their seed k would not be the same experiment,
-    so their paired differences would mean nothing."""
+def resolved_runspecs(
+    plan: Sequence[tuple[str, int, Path, list[Mapping[str, Any]]]],
+) -> dict[str, Config]:
+    """Each runspec's config as its first planned run resolves it: a bad runspec or key
+    fails here, before any run starts."""
     from fedkit_core.resolve import resolve_config
 
-    values: dict[str, dict[str, Any]] = {}
+    configs: dict[str, Config] = {}
     for spec, _, _, layers in plan:
-        if spec in values:
-            continue
-        cfg, _ = resolve_config(list(layers))
-        values[spec] = {
-            k: cfg[k]
-            for k in cfg.options
-            if k in PAIRING_KEYS or k.startswith(tuple(p for p in PAIRING_KEYS if p[-1] == "."))
-        }
+        if spec not in configs:
+            configs[spec] = resolve_config(list(layers))[0]
+    return configs
+
+
+def unpaired(configs: Mapping[str, Config]) -> list[str]:
+    """One sentence per :data:`PAIRING_KEYS` key on which the runspecs' configs disagree
+    (``clients: fedavg 6, fedcb.yaml 10``): their seed k would not be the same experiment,
+    so their paired differences would mean nothing."""
+    prefixes = tuple(p for p in PAIRING_KEYS if p.endswith("."))
+    values = {
+        spec: {k: cfg[k] for k in cfg.options if k in PAIRING_KEYS or k.startswith(prefixes)}
+        for spec, cfg in configs.items()
+    }
     keys = sorted({k for v in values.values() for k in v})
     sentences = []
     for key in keys:
@@ -629,14 +636,6 @@ def refuse_foreign_runs(plan: Sequence[tuple[str, int, Path, list[Mapping[str, A
                 problems.append(str(err))
     if problems:
         raise FedkitError("\n".join(problems))
-
-
-def plan_formats(plan: Sequence[tuple[str, int, Path, list[Mapping[str, Any]]]]) -> list[str]:
-    """The figure formats a comparison asks for (``figure_formats`` as its first run's
-    layers resolve it): a reused run may have recorded others, which do not count."""
-    from fedkit_core.resolve import resolve_config
-
-    return resolve_config(plan[0][3])[0]["figure_formats"]
 
 
 def compare(
@@ -699,7 +698,8 @@ def compare(
     if not isinstance(jobs, int) or jobs < 1:
         raise FedkitError(f"--jobs must be a whole number of at least 1, got {jobs!r}")
     plan = planned_runs(runspecs, seeds, out, base, sets or {})
-    differences = unpaired(plan)
+    configs = resolved_runspecs(plan)
+    differences = unpaired(configs)
     if differences and not allow_unpaired:
         raise FedkitError(
             "these runspecs are not paired (their seed k would not be the same experiment): "
@@ -745,7 +745,8 @@ def compare(
             False,
             differences,
         )
-    formats = plan_formats(plan)
+    # the formats the comparison asks for; a reused run may have recorded others
+    formats = next(iter(configs.values()))["figure_formats"]
     summary = {**table, **({DIFF: diff} if diff else {}), CLIENTS: clients}
     if differences:
         summary[WARNINGS] = [f"not paired: {d}" for d in differences]
