@@ -1,53 +1,258 @@
-"""The core's modules import one another without cycles, and the API reaches engines only
-through the registry (engines are peers, none special to ``api``)."""
+"""The core's layers, as docs/architecture.md ("## Layers") lists them, import one another
+only downward: each module imports only from its own layer or the layers above it, at module
+level, inside functions and under ``if TYPE_CHECKING`` alike. The runtime imports (module and
+function level) have no cycles, and the API reaches engines only through the registry
+(engines are peers, none special to ``api``).
+
+``python tests/test_layers.py [ROOT] [--layers FILE]`` prints the house: the modules of each
+layer, the imports that climb (with where they are made) and the import cycles, those hidden
+behind function-level or ``TYPE_CHECKING`` imports included.
+"""
+
+from __future__ import annotations
 
 import ast
+import re
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from fedkit_core.testing import REPO_ROOT
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
-PACKAGE = REPO_ROOT / "fedkit_core"
+#: the fenced block under this heading of docs/architecture.md is the layer table
+LAYERS_HEADING = "## Layers"
+
+#: Imports allowed to climb, each with why (importer, imported). Only lazy imports of the
+#: command line belong here: a command may import the modules it drives when it runs.
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
+
+#: where an import is made
+MODULE, FUNCTION, TYPING = "module", "function", "typing"
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    imported: str
+    kind: str  # MODULE, FUNCTION or TYPING
+    line: int
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path, known: set[str]) -> set[str]:
-    """The fedkit_core modules ``path`` imports when it is imported (module level, outside
-    ``if TYPE_CHECKING``)."""
-    found: set[str] = set()
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        else:
+def _is_type_checking(test: ast.expr) -> bool:
+    return "TYPE_CHECKING" in ast.unparse(test)
+
+
+def imports_of(path: Path, name: str, known: set[str]) -> list[Import]:
+    """Every import of a fedkit_core module in ``path`` (whose module is ``name``), with
+    where it is made: at module level, inside a function, or under ``if TYPE_CHECKING``."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+
+    def known_prefix(dotted: str) -> str | None:
+        while dotted and dotted not in known:
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
+
+    found: list[Import] = []
+
+    def visit(node: ast.AST, kind: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = kind
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                inner = FUNCTION if kind == MODULE else kind
+            if isinstance(child, ast.If) and _is_type_checking(child.test):
+                for stmt in child.body:
+                    visit(ast.Module(body=[stmt], type_ignores=[]), TYPING)
+                for stmt in child.orelse:
+                    visit(ast.Module(body=[stmt], type_ignores=[]), kind)
+                continue
+            targets: list[str] = []
+            if isinstance(child, ast.Import):
+                targets = [a.name for a in child.names]
+            elif isinstance(child, ast.ImportFrom):
+                base = package[: len(package) - child.level + 1] if child.level else []
+                module = ".".join([*base, *([child.module] if child.module else [])])
+                targets = [f"{module}.{a.name}" for a in child.names]
+            for target in targets:
+                imported = known_prefix(target)
+                if imported and imported not in (name, "fedkit_core"):
+                    found.append(Import(name, imported, inner, child.lineno))
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text()), MODULE)
+    return list(dict.fromkeys(found))
+
+
+def all_imports(root: Path = REPO_ROOT) -> dict[str, list[Import]]:
+    """Every fedkit_core module of ``root`` with its imports of other fedkit_core modules."""
+    paths = {module_name(p, root): p for p in (root / "fedkit_core").rglob("*.py")}
+    return {name: imports_of(path, name, set(paths)) for name, path in sorted(paths.items())}
+
+
+def graph(root: Path = REPO_ROOT, kinds: tuple[str, ...] = (MODULE,)) -> dict[str, set[str]]:
+    """Module -> the modules it imports in the given ways (default: at import time)."""
+    return {
+        name: {i.imported for i in found if i.kind in kinds}
+        for name, found in all_imports(root).items()
+    }
+
+
+def _expand(entry: str) -> list[str]:
+    """``engines/{client,server}`` -> ``fedkit_core.engines.client``, ``...server``."""
+    head, brace, rest = entry.partition("{")
+    if brace:
+        inside, _, tail = rest.partition("}")
+        names = [head + n.strip() + tail for n in inside.split(",")]
+    else:
+        names = [head]
+    return [
+        "fedkit_core" + ("." + n.strip().strip("/").replace("/", ".") if n != "fedkit_core" else "")
+        for n in names
+    ]
+
+
+def layer_table(doc: Path) -> list[tuple[list[str], str]]:
+    """The layer table of ``doc``: (module prefixes, description) per layer, the most basic
+    first. A line is ``names   description`` (two or more spaces apart); the names are
+    comma-separated paths under fedkit_core, where ``a/{b,c}`` means ``a/b, a/c``, a
+    package's path stands for all its modules that no longer path names, and
+    ``fedkit_core`` is the package's own ``__init__``."""
+    block = doc.read_text().split(LAYERS_HEADING, 1)[1].split("```", 2)[1]
+    table = []
+    for line in block.splitlines()[1:]:
+        if not line.strip():
             continue
-        found |= {n for n in names if n in known}
-    return found - {module_name(path)}
+        names, about = (re.split(r"\s{2,}", line.strip(), maxsplit=1) + [""])[:2]
+        entries = re.findall(r"[^,{\s][^,{]*(?:\{[^}]*\}[^,]*)?", names)
+        table.append(([m for e in entries for m in _expand(e.strip())], about))
+    return table
 
 
-def graph() -> dict[str, set[str]]:
-    paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    return {name: imports(path, set(paths)) for name, path in paths.items()}
+def layer_of(module: str, table: list[tuple[list[str], str]]) -> int | None:
+    """The index of ``module``'s layer: the layer of the longest path naming it."""
+    best: tuple[int, int] | None = None
+    for index, (prefixes, _) in enumerate(table):
+        for prefix in prefixes:
+            if module == prefix or (prefix != "fedkit_core" and module.startswith(prefix + ".")):
+                if best is None or len(prefix) > best[0]:
+                    best = (len(prefix), index)
+    return None if best is None else best[1]
+
+
+def upward_imports(
+    imports: dict[str, list[Import]], table: list[tuple[list[str], str]]
+) -> list[Import]:
+    """Imports of a module from a layer below its own (any kind), less the allowed ones."""
+    return [
+        i
+        for found in imports.values()
+        for i in found
+        if (i.importer, i.imported) not in ALLOWED_UPWARD
+        and (a := layer_of(i.importer, table)) is not None
+        and (b := layer_of(i.imported, table)) is not None
+        and b > a
+    ]
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    sys.setrecursionlimit(10_000)
+    for v in sorted(edges):
+        if v not in index:
+            connect(v)
+    return groups
+
+
+def _short(name: str) -> str:
+    return name.removeprefix("fedkit_core.")
+
+
+def report(root: Path = REPO_ROOT, layers: Path | None = None) -> str:
+    """The house in text: modules per layer, upward imports, cycles."""
+    table = layer_table(layers or root / "docs" / "architecture.md")
+    imports = all_imports(root)
+    out = [f"fedkit_core at {root}: {len(imports)} modules, {len(table)} layers"]
+    placed: dict[int, list[str]] = {}
+    for name in imports:
+        placed.setdefault(-1 if (i := layer_of(name, table)) is None else i, []).append(name)
+    for index, (prefixes, about) in enumerate(table):
+        names = placed.get(index, [])
+        out.append(f"\n{index + 1:2d}. {about or ', '.join(map(_short, prefixes))} ({len(names)})")
+        out.append("    " + " ".join(_short(n) for n in names))
+    if placed.get(-1):
+        out.append(f"\nin no layer ({len(placed[-1])}): " + " ".join(map(_short, placed[-1])))
+    up = upward_imports(imports, table)
+    by_kind = {k: [i for i in up if i.kind == k] for k in (MODULE, FUNCTION, TYPING)}
+    out.append(
+        f"\nupward imports: {len(up)} ({', '.join(f'{len(v)} {k}-level' for k, v in by_kind.items())})"
+    )
+    for i in sorted(up, key=lambda i: (i.importer, i.imported)):
+        a, b = layer_of(i.importer, table), layer_of(i.imported, table)
+        out.append(
+            f"  {_short(i.importer)}:{i.line} [{a + 1}] -> {_short(i.imported)} [{b + 1}] ({i.kind})"
+        )
+    for label, kinds in (
+        ("at import time", (MODULE,)),
+        ("with function-level imports", (MODULE, FUNCTION)),
+        ("with TYPE_CHECKING imports too", (MODULE, FUNCTION, TYPING)),
+    ):
+        found = cycles({n: {i.imported for i in f if i.kind in kinds} for n, f in imports.items()})
+        out.append(f"\nimport cycles {label}: {len(found)}")
+        out += ["  " + " <-> ".join(map(_short, group)) for group in found]
+    return "\n".join(out)
+
+
+# --- the checks ------------------------------------------------------------------------
+
+
+def test_every_module_has_a_layer():
+    table = layer_table(REPO_ROOT / "docs" / "architecture.md")
+    assert not [n for n in all_imports() if layer_of(n, table) is None]
+
+
+def test_imports_run_downward():
+    table = layer_table(REPO_ROOT / "docs" / "architecture.md")
+    up = upward_imports(all_imports(), table)
+    assert not up, "imports that climb the layers of docs/architecture.md:\n" + "\n".join(
+        f"  {i.importer}:{i.line} -> {i.imported} ({i.kind}-level)" for i in up
+    )
+
+
+def test_allowed_upward_imports_are_still_made():
+    made = {(i.importer, i.imported) for f in all_imports().values() for i in f}
+    assert not set(ALLOWED_UPWARD) - made, "stale entries in ALLOWED_UPWARD"
 
 
 def test_no_import_cycles():
-    edges = graph()
-    done: set[str] = set()
-
-    def visit(name: str, trail: list[str]) -> None:
-        assert name not in trail, "import cycle: " + " -> ".join([*trail, name])
-        if name in done:
-            return
-        for other in sorted(edges[name]):
-            visit(other, [*trail, name])
-        done.add(name)
-
-    for name in sorted(edges):
-        visit(name, [])
+    assert not cycles(graph(kinds=(MODULE, FUNCTION)))
 
 
 def test_api_reaches_engines_only_through_the_registry():
@@ -59,3 +264,13 @@ def test_api_reaches_engines_only_through_the_registry():
     }
     assert not edges["fedkit_core.api"] & engines
     assert not [n for n in engines if "fedkit_core.api" in edges[n]]
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    layers_file = None
+    if "--layers" in args:
+        at = args.index("--layers")
+        layers_file = Path(args[at + 1])
+        del args[at : at + 2]
+    print(report(Path(args[0]).resolve() if args else REPO_ROOT, layers_file))
