@@ -72,8 +72,8 @@ def measure(sites: str | None, args: argparse.Namespace) -> dict:
 
 def micro(sites: str, clients: int) -> float:
     """Microseconds of ``Clock.exchange`` per fit message, one round of ``clients``."""
+    from fedkit_core.contract.messages import Message
     from fedkit_core.engines.clock import Clock
-    from fedkit_core.messages import Message
     from fedkit_core.sites import load_sites, parse_sites
 
     ids = [f"c{k}" for k in range(clients)]

@@ -44,8 +44,8 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 
 from anchor_job import BATCH, DATA, make, scaled  # noqa: E402
 
+from fedkit_core.contract.data import Normalizer  # noqa: E402
 from fedkit_core.devices import gather  # noqa: E402
-from fedkit_core.tasks.base import Normalizer  # noqa: E402
 
 KINDS = (
     "float, device order",

@@ -10,9 +10,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from fedkit_core.contract.hookspecs import API_VERSION, hookimpl
+from fedkit_core.contract.options import Option
 from fedkit_core.errors import FedkitError
-from fedkit_core.hookspecs import API_VERSION, hookimpl
-from fedkit_core.options import Option
 
 __all__ = [
     "API_VERSION",
@@ -32,7 +32,7 @@ _LAZY = {
     "resume": "fedkit_core.api",
     "resolve_config": "fedkit_core.resolve",
     "Results": "fedkit_core.results.schema",
-    "Reply": "fedkit_core.messages",
+    "Reply": "fedkit_core.contract.messages",
     "FedModel": "fedkit_core.models.fedmodel",
 }
 

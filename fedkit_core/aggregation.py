@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from fedkit_core.messages import Arrays
+from fedkit_core.contract.messages import Arrays
 
 
 def weighted_average(

@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
+from fedkit_core.contract.options import Option, short_repr
 from fedkit_core.errors import FedkitError, unknown
-from fedkit_core.options import Option, short_repr
 
 #: the values of ``precision`` and ``data_on_device`` (see :mod:`fedkit_core.devices`)
 PRECISIONS = ("fp32", "bf16")

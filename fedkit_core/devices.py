@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from fedkit_core.tasks.base import ClientData, Split
+from fedkit_core.contract.data import ClientData, Split
 
 #: the most bytes of client data ``data_on_device=auto`` holds on a GPU (and never more than
 #: a quarter of the GPU's free memory when the first client is placed): small data sets

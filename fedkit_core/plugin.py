@@ -13,18 +13,21 @@ the modules behind these names may move between releases, these names do not::
     def fedkit_loss_terms(client: ClientContext, batch, outputs):
         ...  # client.options()["mu"]: this plugin's options, under its registered name
 
-The hooks themselves are documented in :mod:`fedkit_core.hookspecs`.
+The hooks themselves are documented in :mod:`fedkit_core.contract.hookspecs`.
 """
 
 from __future__ import annotations
 
 from fedkit_core.aggregation import average_entry, weighted_average
 from fedkit_core.config import Config
-from fedkit_core.engines.context import ClientContext, ServerContext, derive_seed
+from fedkit_core.contract.context import ClientContext, ServerContext, derive_seed
+from fedkit_core.contract.data import CLASSIFICATION, SEGMENTATION, Batch, ClientInfo, TaskInfo
+from fedkit_core.contract.hookspecs import API_VERSION, Ask, hookimpl
+from fedkit_core.contract.messages import Arrays, Payload, Reply, Scalar, Update
+from fedkit_core.contract.options import Option
 from fedkit_core.engines.server import lr_at
 from fedkit_core.engines.snapshot import read_snapshot
 from fedkit_core.errors import FedkitError
-from fedkit_core.hookspecs import API_VERSION, Ask, hookimpl
 from fedkit_core.knowledge import (
     Knowledge,
     build_knowledge,
@@ -35,15 +38,12 @@ from fedkit_core.knowledge import (
 )
 from fedkit_core.losses import balanced_softmax_ce, dice_loss, log_prior
 from fedkit_core.losses.weight_maps import weight_map, weight_maps
-from fedkit_core.messages import Arrays, Payload, Reply, Scalar, Update
 from fedkit_core.models import build_model
 from fedkit_core.models.fedmodel import FedModel
-from fedkit_core.options import Option
 from fedkit_core.plugins import plugin_scope
 from fedkit_core.priors import FrozenEncoder, check_source, encoder_feature_dim, frozen_encoder
 from fedkit_core.privacy.channels import INDIVIDUAL, QUERY, REPORT, Channel
 from fedkit_core.results.compare import markdown_table
-from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION, Batch, ClientInfo, TaskInfo
 
 __all__ = [
     "API_VERSION",

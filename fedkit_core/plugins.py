@@ -20,9 +20,9 @@ from typing import Any
 
 import pluggy
 
-from fedkit_core import hookspecs
+from fedkit_core.contract import hookspecs
+from fedkit_core.contract.options import Option
 from fedkit_core.errors import FedkitError, unknown
-from fedkit_core.options import Option
 
 ENTRY_POINT_GROUP = "fedkit.plugins"
 

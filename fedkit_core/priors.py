@@ -46,11 +46,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedkit_core.contract.data import Normalizer
 from fedkit_core.errors import FedkitError
 from fedkit_core.extras import require
 from fedkit_core.models.imagenet import LITE, LITE_MEAN, LITE_STD, build_lite, to_timm
 from fedkit_core.models.networks import CIFAR_RESNETS, CifarResNet, load_state_file
-from fedkit_core.tasks.base import Normalizer
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

@@ -15,15 +15,15 @@ from typing import Any
 import torch
 
 from fedkit_core.config import CORE_OPTIONS, Config, load_yaml, peek, resolve
+from fedkit_core.contract.context import ServerContext
+from fedkit_core.contract.data import CLASSIFICATION, SEGMENTATION, TaskInfo
+from fedkit_core.contract.options import Option
 from fedkit_core.engines.asynchronous import check_aggregation
-from fedkit_core.engines.context import ServerContext
 from fedkit_core.engines.registry import engine_names, engine_options
 from fedkit_core.errors import FedkitError
-from fedkit_core.options import Option
 from fedkit_core.plugins import PluginSet
 from fedkit_core.privacy.checks import check_privacy
 from fedkit_core.sites import load_sites
-from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION, TaskInfo
 from fedkit_core.tasks.registry import TaskSpec, get_task
 
 ConfigLike = Mapping[str, Any] | str | Path | None

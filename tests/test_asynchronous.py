@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from fedkit_core import hookimpl, resume, run
+from fedkit_core.contract.data import CLASSIFICATION, TaskInfo
+from fedkit_core.contract.messages import Message
 from fedkit_core.engines.asynchronous import staleness_weight
 from fedkit_core.engines.server import Server
 from fedkit_core.errors import FedkitError
-from fedkit_core.messages import Message
 from fedkit_core.resolve import resolve_config
 from fedkit_core.results.compare import runspec_layer
-from fedkit_core.tasks.base import CLASSIFICATION, TaskInfo
 from fedkit_core.testing import InterruptAfter, tiny
 
 IDS = ["p0", "p1", "p2"]

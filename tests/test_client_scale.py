@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from fedkit_core import run
+from fedkit_core.contract.messages import Message
 from fedkit_core.engines import local
 from fedkit_core.engines.client import ClientRuntime, SharedModel
-from fedkit_core.messages import Message
 from fedkit_core.testing import tiny
 
 
@@ -71,7 +71,7 @@ def test_client_splits_are_views_of_one_gathered_copy():
     views of one copy, with the very samples ``subset`` gives."""
     import numpy as np
 
-    from fedkit_core.tasks.base import Split
+    from fedkit_core.contract.data import Split
 
     images = torch.arange(30 * 2, dtype=torch.uint8).reshape(30, 2, 1, 1)
     split = Split(images, torch.arange(30) % 3)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from fedkit_core import resume, run
+from fedkit_core.contract.messages import Message
 from fedkit_core.engines.clock import Clock, Downtime
-from fedkit_core.messages import Message
 from fedkit_core.sites import Availability, SiteProfile
 from fedkit_core.testing import InterruptAfter, tiny
 

@@ -140,9 +140,9 @@ def _deployed_node(monkeypatch):
     from flwr.app import Message as FlowerMessage
     from flwr.supercore.task_identity import TaskIdentity
 
+    from fedkit_core.contract.messages import Message
     from fedkit_core.engines.flower import node
     from fedkit_core.engines.flower.records import from_records, to_records
-    from fedkit_core.messages import Message
 
     def answer(self, message_type, content, context):
         do = content.config_records["do"]["do"]

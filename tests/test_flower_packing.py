@@ -8,9 +8,9 @@ pytest.importorskip("flwr")
 
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects  # noqa: E402
 
+from fedkit_core.contract.messages import Message  # noqa: E402
 from fedkit_core.engines.flower.packing import PACKED, pack, unpack  # noqa: E402
 from fedkit_core.engines.flower.records import from_records, to_records  # noqa: E402
-from fedkit_core.messages import Message  # noqa: E402
 
 
 def test_packed_arrays_come_back_bitwise_with_their_scalars():

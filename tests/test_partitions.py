@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from fedkit_core.config import CORE_OPTIONS, resolve
+from fedkit_core.contract.data import CLASSIFICATION, Normalizer, Split, TaskData
 from fedkit_core.errors import FedkitError
 from fedkit_core.partitions import partition, splitters
-from fedkit_core.tasks.base import CLASSIFICATION, Normalizer, Split, TaskData
 
 
 def pool(n=600, classes=5, seed=0, with_val=True):

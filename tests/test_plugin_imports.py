@@ -51,5 +51,5 @@ def test_plugins_import_only_the_public_surface(path):
 
 def test_the_checker_catches_an_internal_import(tmp_path):
     source = tmp_path / "bad.py"
-    source.write_text("from fedkit_core.engines.context import derive_seed\nimport fedkit_core\n")
-    assert fedkit_imports(source) == ["fedkit_core.engines.context", "fedkit_core"]
+    source.write_text("from fedkit_core.contract.context import derive_seed\nimport fedkit_core\n")
+    assert fedkit_imports(source) == ["fedkit_core.contract.context", "fedkit_core"]

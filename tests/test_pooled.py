@@ -15,7 +15,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from fedkit_core import resume, run
 from fedkit_core.cli import main
-from fedkit_core.engines.context import ClientContext, batch_count
+from fedkit_core.contract.context import ClientContext, batch_count
 from fedkit_core.engines.pooled import TRAINER, round_steps
 from fedkit_core.engines.server import Observer, Server
 from fedkit_core.errors import FedkitError

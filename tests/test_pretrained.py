@@ -13,6 +13,7 @@ import torch
 
 from fedkit_core import run
 from fedkit_core.aggregation import weighted_average
+from fedkit_core.contract.data import CLASSIFICATION, Normalizer, TaskInfo
 from fedkit_core.engines.checkpoint import ServerCheckpoints
 from fedkit_core.errors import FedkitError
 from fedkit_core.models import build_model, input_statistics
@@ -20,7 +21,6 @@ from fedkit_core.models.imagenet import LITE, build_lite, name_table, to_timm, w
 from fedkit_core.models.inputs import PretrainedBackbone, PretrainedInput
 from fedkit_core.priors import encoder_feature_dim, frozen_encoder
 from fedkit_core.resolve import resolve_config
-from fedkit_core.tasks.base import CLASSIFICATION, Normalizer, TaskInfo
 from fedkit_core.tasks.loading import load_task
 from fedkit_core.testing import tiny_npz, tiny_pretrained
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from fedkit_core.contract.data import Normalizer
 from fedkit_core.errors import FedkitError
 from fedkit_core.models.networks import CifarResNet, load_state_file
 from fedkit_core.priors import (
@@ -18,7 +19,6 @@ from fedkit_core.priors import (
     parse_source,
     unnormalize,
 )
-from fedkit_core.tasks.base import Normalizer
 from fedkit_core.testing import shared_data
 
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from fedkit_core import run
+from fedkit_core.contract.messages import Update
 from fedkit_core.errors import FedkitError
-from fedkit_core.messages import Update
 from fedkit_core.plugin import Channel, hookimpl
 from fedkit_core.privacy import accounting, client_level
 from fedkit_core.privacy.layer import ServerPrivacy, sample_poisson
@@ -200,8 +200,8 @@ def test_sample_level_replaces_batch_norm_and_accounts_each_client():
 
 
 def test_sample_level_model_has_group_norm_on_every_party():
+    from fedkit_core.contract.context import ServerContext
     from fedkit_core.engines.client import build_model
-    from fedkit_core.engines.context import ServerContext
     from fedkit_core.federation import prepare
 
     cfg, plugins = resolve_config(tiny(dp={"level": "sample"}))

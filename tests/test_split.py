@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from fedkit_core.tasks.base import Split
+from fedkit_core.contract.data import Split
 
 
 def test_split_strips_tensor_subclasses():
@@ -25,7 +25,7 @@ def test_split_makes_channels_last_views_contiguous():
 
 
 def test_normalizer_statistics_match_numpy_for_any_layout():
-    from fedkit_core.tasks.base import TaskData
+    from fedkit_core.contract.data import TaskData
     from fedkit_core.tasks.loading import fit_normalizer
 
     hwc = torch.randint(0, 255, (10, 6, 6, 3), dtype=torch.uint8)
@@ -43,7 +43,7 @@ def test_normalizer_statistics_match_numpy_for_any_layout():
 
 
 def test_normalizer_samples_the_sites_as_if_pooled():
-    from fedkit_core.tasks.base import TaskData
+    from fedkit_core.contract.data import TaskData
     from fedkit_core.tasks.loading import fit_normalizer
 
     gen = torch.Generator().manual_seed(0)

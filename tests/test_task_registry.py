@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import fedkit_core.tasks
+from fedkit_core.contract.data import CLASSIFICATION, Split, TaskData
 from fedkit_core.errors import FedkitError
 from fedkit_core.resolve import resolve_config
 from fedkit_core.tasks import registry
-from fedkit_core.tasks.base import CLASSIFICATION, Split, TaskData
 from fedkit_core.tasks.loading import load_task
 from fedkit_core.tasks.registry import TaskSpec, all_tasks, get_task
 

@@ -11,8 +11,8 @@ from torch import nn
 
 import fedkit_core
 from fedkit_core import FedkitError
+from fedkit_core.contract.data import CLASSIFICATION, SEGMENTATION, TaskInfo
 from fedkit_core.models import FedModel, build_model
-from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION, TaskInfo
 from fedkit_core.testing import tiny
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "user_model"

@@ -39,9 +39,9 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.engines.context import derive_seed
+from fedkit_core.contract.context import derive_seed
+from fedkit_core.contract.messages import Arrays, Message, Update
 from fedkit_core.errors import ClientFailure, FedkitError
-from fedkit_core.messages import Arrays, Message, Update
 from fedkit_core.plugins import PluginSet
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from fedkit_core.options import Option
+from fedkit_core.contract.options import Option
 
 if TYPE_CHECKING:
     from fedkit_core.config import Config

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from fedkit_core.contract.messages import Message
 from fedkit_core.engines.client import ClientRuntime
 from fedkit_core.engines.server import Server
 from fedkit_core.engines.snapshot import (
@@ -41,7 +42,6 @@ from fedkit_core.engines.snapshot import (
     write_snapshot,
 )
 from fedkit_core.errors import FedkitError
-from fedkit_core.messages import Message
 from fedkit_core.results.store import write_text
 
 log = logging.getLogger("fedkit")

@@ -17,10 +17,9 @@ import torch.nn.functional as F
 
 from fedkit_core.allocator import keep_freed_memory
 from fedkit_core.config import Config
-from fedkit_core.devices import input_layout, joined, place_model
-from fedkit_core.engines.context import ClientContext, ServerContext, derive_seed
-from fedkit_core.errors import FedkitError
-from fedkit_core.messages import (
+from fedkit_core.contract.context import ClientContext, ServerContext, derive_seed
+from fedkit_core.contract.data import SEGMENTATION, Batch, ClientData, TaskInfo
+from fedkit_core.contract.messages import (
     Message,
     Payload,
     Reply,
@@ -29,6 +28,8 @@ from fedkit_core.messages import (
     enclose,
     take_out,
 )
+from fedkit_core.devices import input_layout, joined, place_model
+from fedkit_core.errors import FedkitError
 from fedkit_core.metrics.segmentation import per_sample_dice
 from fedkit_core.metrics.statistics import classification_stats, segmentation_stats
 from fedkit_core.models.fedmodel import FedModel
@@ -36,7 +37,6 @@ from fedkit_core.plugins import PluginSet
 from fedkit_core.privacy.checks import declared_channels
 from fedkit_core.privacy.layer import client_reply, is_private, privatised_channels
 from fedkit_core.privacy.sample_level import DPSGD, prepare_model
-from fedkit_core.tasks.base import SEGMENTATION, Batch, ClientData, TaskInfo
 
 if TYPE_CHECKING:
     from fedkit_core.engines.pool import ModelPool

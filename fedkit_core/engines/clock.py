@@ -7,7 +7,7 @@ and up, and takes::
     latency + bytes down / download  +  local_epochs * num_examples / samples_per_second
     + latency + bytes up / upload
 
-(compute only for ``fit``; bytes as :func:`fedkit_core.messages.message_bytes` counts
+(compute only for ``fit``; bytes as :func:`fedkit_core.contract.messages.message_bytes` counts
 them). A site's work advances only while it is up: an outage met on the way pauses it
 until the site is back (a message to a site that is down waits for it, as Flower's
 SuperLink keeps a message until its node pulls it). Outages come from the profile's
@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from fedkit_core.config import Config
-from fedkit_core.engines.context import derive_seed
-from fedkit_core.messages import Message
+from fedkit_core.contract.context import derive_seed
+from fedkit_core.contract.messages import Message
 from fedkit_core.sites import Availability, SiteProfile, parse_sites
 
 #: the kinds of message whose round trip the clock counts

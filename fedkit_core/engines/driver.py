@@ -8,9 +8,9 @@ import logging
 import time
 from collections.abc import Iterable
 
+from fedkit_core.contract.messages import Message
 from fedkit_core.engines.checkpoint import RESUME_KEY, ServerCheckpoints
 from fedkit_core.engines.server import Server, Transport
-from fedkit_core.messages import Message
 from fedkit_core.plugins import PluginSet
 from fedkit_core.results.plots import RUN_FIGURES, figure_formats, figure_paths, plot_run
 from fedkit_core.results.schema import Results, build_results, has_test, metrics_csv

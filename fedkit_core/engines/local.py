@@ -17,10 +17,12 @@ import time
 import torch
 
 from fedkit_core.config import Config
+from fedkit_core.contract.context import ClientContext, derive_seed
+from fedkit_core.contract.messages import Message
+from fedkit_core.contract.options import Option
 from fedkit_core.devices import place_model
 from fedkit_core.engines.checkpoint import ClientCheckpoints
 from fedkit_core.engines.client import ClientRuntime, SharedModel, build_model
-from fedkit_core.engines.context import ClientContext, derive_seed
 from fedkit_core.engines.driver import drive
 from fedkit_core.engines.pool import ModelPool
 from fedkit_core.engines.server import Observer, Server, round_half_up
@@ -35,8 +37,6 @@ from fedkit_core.engines.workers import (
 )
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import prepare
-from fedkit_core.messages import Message
-from fedkit_core.options import Option
 from fedkit_core.plugins import PluginSet, installed
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir

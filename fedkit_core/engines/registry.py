@@ -12,9 +12,9 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import EntryPoint, entry_points
 
+from fedkit_core.contract.options import Option
 from fedkit_core.engines.base import Engine
 from fedkit_core.errors import FedkitError, unknown
-from fedkit_core.options import Option
 
 ENTRY_POINT_GROUP = "fedkit.engines"
 

@@ -20,12 +20,9 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.engines.asynchronous import ASYNCHRONOUS, AsynchronousRounds
-from fedkit_core.engines.client import CLASS_COUNTS, EVALUATION, PAYLOAD, build_model
-from fedkit_core.engines.clock import clock_for
-from fedkit_core.engines.context import ServerContext, derive_seed
-from fedkit_core.errors import ClientFailure, FedkitError, NoSpace
-from fedkit_core.messages import (
+from fedkit_core.contract.context import ServerContext, derive_seed
+from fedkit_core.contract.data import CLASSIFICATION, TaskInfo
+from fedkit_core.contract.messages import (
     Arrays,
     Message,
     Payload,
@@ -37,13 +34,16 @@ from fedkit_core.messages import (
     message_bytes,
     take_out,
 )
+from fedkit_core.engines.asynchronous import ASYNCHRONOUS, AsynchronousRounds
+from fedkit_core.engines.client import CLASS_COUNTS, EVALUATION, PAYLOAD, build_model
+from fedkit_core.engines.clock import clock_for
+from fedkit_core.errors import ClientFailure, FedkitError, NoSpace
 from fedkit_core.metrics.fairness import fairness
 from fedkit_core.metrics.statistics import add_stats, predicted_classes
 from fedkit_core.plugins import BUILTINS, PluginSet
 from fedkit_core.privacy.checks import declared_channels
 from fedkit_core.privacy.layer import ServerPrivacy, private_scalars, privatised_channels
 from fedkit_core.results.schema import best_round
-from fedkit_core.tasks.base import CLASSIFICATION, TaskInfo
 
 log = logging.getLogger("fedkit")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from fedkit_core.contract.data import SEGMENTATION, Normalizer, TaskInfo
 from fedkit_core.extras import require
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.models.imagenet import LITE_MEAN, LITE_STD, build_lite, lite_name
@@ -20,7 +21,6 @@ from fedkit_core.models.networks import (
     unet,
 )
 from fedkit_core.models.user import build_user_model, is_user_model
-from fedkit_core.tasks.base import SEGMENTATION, Normalizer, TaskInfo
 
 __all__ = [
     "FedModel",

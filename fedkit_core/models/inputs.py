@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from fedkit_core.contract.data import Normalizer
 from fedkit_core.errors import FedkitError
-from fedkit_core.tasks.base import Normalizer
 
 #: the smallest image side a pretrained backbone takes (EfficientNet and ResNet downsample
 #: 32 times: below it the last stage sees a map smaller than one pixel per stride)

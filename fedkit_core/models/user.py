@@ -36,10 +36,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from fedkit_core.contract.data import SEGMENTATION, TaskInfo
 from fedkit_core.errors import FedkitError
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.models.networks import load_weights
-from fedkit_core.tasks.base import SEGMENTATION, TaskInfo
 
 
 def is_user_model(name: str) -> bool:

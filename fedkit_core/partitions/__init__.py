@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from fedkit_core.config import Config
+from fedkit_core.contract.data import CLASSIFICATION, ClientData, Split, TaskData
 from fedkit_core.errors import FedkitError
 from fedkit_core.partitions import splitters
-from fedkit_core.tasks.base import CLASSIFICATION, ClientData, Split, TaskData
 
 KINDS = ("sites", "iid", "dirichlet", "class-dirichlet", "fractions")
 LABEL_KINDS = ("dirichlet", "class-dirichlet")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 
 from fedkit_core.config import Config
-from fedkit_core.engines.context import ServerContext
+from fedkit_core.contract.context import ServerContext
 from fedkit_core.plugins import BUILTINS, PluginSet
 from fedkit_core.privacy.channels import Channel, refusals
 from fedkit_core.privacy.options import NONE, SAMPLE

@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from fedkit_core.contract.messages import Arrays
 from fedkit_core.errors import FedkitError
-from fedkit_core.messages import Arrays
 
 
 def floating(state: Mapping[str, torch.Tensor]) -> list[str]:

@@ -24,9 +24,9 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.engines.context import derive_seed
+from fedkit_core.contract.context import derive_seed
+from fedkit_core.contract.messages import Update
 from fedkit_core.errors import FedkitError
-from fedkit_core.messages import Update
 from fedkit_core.privacy import accounting, client_level
 from fedkit_core.privacy.channels import DP_PREFIX, undeclared
 from fedkit_core.privacy.options import CLIENT, NONE, SAMPLE

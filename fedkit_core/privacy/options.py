@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from fedkit_core.options import Option
+from fedkit_core.contract.options import Option
 
 #: dp.level values
 NONE, CLIENT, SAMPLE = "none", "client", "sample"

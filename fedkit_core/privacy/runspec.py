@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from fedkit_core.contract.options import Option
 from fedkit_core.errors import FedkitError
-from fedkit_core.options import Option
 from fedkit_core.privacy.options import CLIENT, DP_OPTIONS
 
 _TERM = re.compile(r"^dp\((.*)\)$")

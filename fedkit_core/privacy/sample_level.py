@@ -24,13 +24,13 @@ from typing import Any
 import torch
 
 from fedkit_core.config import Config
+from fedkit_core.contract.context import ClientContext, derive_seed
+from fedkit_core.contract.data import Batch
 from fedkit_core.devices import gather, input_layout
-from fedkit_core.engines.context import ClientContext, derive_seed
 from fedkit_core.errors import FedkitError
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.privacy import accounting
 from fedkit_core.privacy.options import SAMPLE
-from fedkit_core.tasks.base import Batch
 
 # Opacus's hooks on a first layer whose input needs no gradient: harmless, said every step
 warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients")

@@ -43,8 +43,8 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp import Grid
 
 from fedkit_core.config import Config
+from fedkit_core.contract.messages import Arrays, Message
 from fedkit_core.errors import FedkitError
-from fedkit_core.messages import Arrays, Message
 from fedkit_core.privacy.layer import SECURE_BIT as BIT
 from fedkit_core.privacy.layer import UNCLIPPED
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
+from fedkit_core.contract.data import SEGMENTATION, Augment, TaskData
+from fedkit_core.contract.options import Option
 from fedkit_core.errors import FedkitError
 from fedkit_core.extras import require
-from fedkit_core.options import Option
-from fedkit_core.tasks.base import SEGMENTATION, Augment, TaskData
 
 #: the ``task.augment`` option of the file tasks (off: the papers state no augmentation)
 AUGMENT_OPTION = Option(
@@ -53,7 +53,7 @@ def attach(data: TaskData, enabled: bool, transforms: Sequence[Mapping[str, Any]
 
 
 def flips_and_rotations(segmentation: bool, spatial_dims: int = 2) -> Augment:
-    """An :data:`~fedkit_core.tasks.base.Augment` for batches (N, C, *spatial)."""
+    """An :data:`~fedkit_core.contract.data.Augment` for batches (N, C, *spatial)."""
     require("monai", "task.augment=true")
     from monai.transforms import Compose, RandFlipd, RandRotate90d
 
@@ -65,7 +65,7 @@ def flips_and_rotations(segmentation: bool, spatial_dims: int = 2) -> Augment:
 
 
 def from_specs(specs: Sequence[Mapping[str, Any]], segmentation: bool) -> Augment:
-    """An :data:`~fedkit_core.tasks.base.Augment` composing ``specs``: each names a MONAI
+    """An :data:`~fedkit_core.contract.data.Augment` composing ``specs``: each names a MONAI
     dictionary transform (``name``, found in ``monai.transforms`` only) and its arguments.
     A bad spec fails here, before training, with one error naming it."""
     transforms = require("monai.transforms", "task.transforms", "monai")

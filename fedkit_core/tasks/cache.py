@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
-from fedkit_core.options import Option
+from fedkit_core.contract.data import Normalizer, Split, TaskData
+from fedkit_core.contract.options import Option
 from fedkit_core.results.store import FILE_MODE, write_torch
-from fedkit_core.tasks.base import Normalizer, Split, TaskData
 from fedkit_core.tasks.files import warn
 from fedkit_core.tasks.normalize import fit_normalizer
 

@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from fedkit_core.contract.options import Option
 from fedkit_core.errors import FedkitError
-from fedkit_core.options import Option
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
 #: name endings that mark a mask file of the image with the same name without them

@@ -22,10 +22,10 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.options import Option
+from fedkit_core.contract.data import CLASSIFICATION, Split, TaskData
+from fedkit_core.contract.options import Option
 from fedkit_core.tasks import classfolders, files
 from fedkit_core.tasks.augment import AUGMENT_OPTION, TRANSFORMS_OPTION, attach
-from fedkit_core.tasks.base import CLASSIFICATION, Split, TaskData
 from fedkit_core.tasks.cache import CACHE_OPTION, cached
 from fedkit_core.tasks.spec import TaskSpec
 

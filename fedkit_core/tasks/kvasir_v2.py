@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from fedkit_core.config import Config
+from fedkit_core.contract.data import CLASSIFICATION, TaskData
 from fedkit_core.tasks import classfolders
-from fedkit_core.tasks.base import CLASSIFICATION, TaskData
 from fedkit_core.tasks.spec import TaskSpec, fedcb_partitions
 
 LAYOUT = classfolders.FolderSet(

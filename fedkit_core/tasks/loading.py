@@ -8,8 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from fedkit_core.config import Config
-from fedkit_core.errors import FedkitError
-from fedkit_core.tasks.base import (
+from fedkit_core.contract.data import (
     CLASSIFICATION,
     MAX_CLASSES,
     SEGMENTATION,
@@ -17,6 +16,7 @@ from fedkit_core.tasks.base import (
     Split,
     TaskData,
 )
+from fedkit_core.errors import FedkitError
 from fedkit_core.tasks.normalize import fit_normalizer
 from fedkit_core.tasks.registry import get_task
 

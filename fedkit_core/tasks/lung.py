@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
+from fedkit_core.contract.data import SEGMENTATION, Split, TaskData
 from fedkit_core.tasks import fakes, files
 from fedkit_core.tasks.augment import AUGMENT_OPTION, attach
-from fedkit_core.tasks.base import SEGMENTATION, Split, TaskData
 from fedkit_core.tasks.cache import CACHE_OPTION, cached
 from fedkit_core.tasks.spec import SEGMENTATION_DEFAULTS, TaskSpec
 

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from fedkit_core.config import Config
+from fedkit_core.contract.data import CLASSIFICATION, TaskData
+from fedkit_core.contract.options import Option
 from fedkit_core.errors import FedkitError, unknown
-from fedkit_core.options import Option
 from fedkit_core.tasks import fakes
-from fedkit_core.tasks.base import CLASSIFICATION, TaskData
 from fedkit_core.tasks.npz import classification_file
 from fedkit_core.tasks.spec import TaskSpec
 

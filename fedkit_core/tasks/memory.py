@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedkit_core.contract.data import CLASSIFICATION, SEGMENTATION, Split, TaskData, classes_up_to
 from fedkit_core.errors import FedkitError
-from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION, Split, TaskData, classes_up_to
 from fedkit_core.tasks.registry import register_task
 from fedkit_core.tasks.spec import TaskSpec
 

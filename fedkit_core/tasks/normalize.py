@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from fedkit_core.tasks.base import Normalizer, TaskData
+from fedkit_core.contract.data import Normalizer, TaskData
 
 
 def fit_normalizer(data: TaskData, max_images: int = 2048, chunk: int = 64) -> Normalizer:

@@ -18,9 +18,7 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.errors import FedkitError
-from fedkit_core.tasks import fakes
-from fedkit_core.tasks.base import (
+from fedkit_core.contract.data import (
     CLASSIFICATION,
     MAX_CLASSES,
     SPLITS,
@@ -28,6 +26,8 @@ from fedkit_core.tasks.base import (
     TaskData,
     classes_up_to,
 )
+from fedkit_core.errors import FedkitError
+from fedkit_core.tasks import fakes
 from fedkit_core.tasks.spec import TaskSpec
 
 LAYOUT = (

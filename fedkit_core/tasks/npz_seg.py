@@ -14,9 +14,9 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
+from fedkit_core.contract.data import SEGMENTATION, SPLITS, Split, TaskData, classes_up_to
 from fedkit_core.errors import FedkitError
 from fedkit_core.tasks import fakes, npz
-from fedkit_core.tasks.base import SEGMENTATION, SPLITS, Split, TaskData, classes_up_to
 from fedkit_core.tasks.spec import SEGMENTATION_DEFAULTS, TaskSpec
 
 LAYOUT = (

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fedkit_core.config import Config
+from fedkit_core.contract.data import CLASSIFICATION, SPLITS, TaskData
 from fedkit_core.tasks import classfolders
-from fedkit_core.tasks.base import CLASSIFICATION, SPLITS, TaskData
 from fedkit_core.tasks.spec import TaskSpec
 
 LAYOUT = classfolders.FolderSet(

@@ -27,12 +27,12 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
+from fedkit_core.contract.data import SEGMENTATION, SPLITS, Split, TaskData
+from fedkit_core.contract.options import Option
 from fedkit_core.errors import FedkitError
 from fedkit_core.extras import require
-from fedkit_core.options import Option
 from fedkit_core.tasks import fakes, files
 from fedkit_core.tasks.augment import AUGMENT_OPTION, attach
-from fedkit_core.tasks.base import SEGMENTATION, SPLITS, Split, TaskData
 from fedkit_core.tasks.cache import CACHE_OPTION, cached
 from fedkit_core.tasks.spec import SEGMENTATION_DEFAULTS, TaskSpec
 

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fedkit_core.contract.options import Option
 from fedkit_core.errors import FedkitError, unknown
-from fedkit_core.options import Option
 
 if TYPE_CHECKING:
     from fedkit_core.config import Config
-    from fedkit_core.tasks.base import TaskData
+    from fedkit_core.contract.data import TaskData
 
 DATA_ROOT_ENV = "FEDKIT_DATA"
 

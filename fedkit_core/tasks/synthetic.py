@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.options import Option
-from fedkit_core.tasks.base import CLASSIFICATION, Split, TaskData
+from fedkit_core.contract.data import CLASSIFICATION, Split, TaskData
+from fedkit_core.contract.options import Option
 from fedkit_core.tasks.spec import TaskSpec
 
 SIZE = 28

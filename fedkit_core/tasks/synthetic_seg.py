@@ -13,9 +13,9 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
+from fedkit_core.contract.data import SEGMENTATION, Split, TaskData
+from fedkit_core.contract.options import Option
 from fedkit_core.extras import require
-from fedkit_core.options import Option
-from fedkit_core.tasks.base import SEGMENTATION, Split, TaskData
 from fedkit_core.tasks.spec import SEGMENTATION_DEFAULTS, TaskSpec
 
 SIZE = 64

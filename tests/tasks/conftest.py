@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from fedkit_core.contract.data import TaskData
 from fedkit_core.resolve import resolve_config
-from fedkit_core.tasks.base import TaskData
 from fedkit_core.tasks.loading import load_task
 
 

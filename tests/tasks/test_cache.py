@@ -6,8 +6,8 @@ import stat
 import pytest
 import torch
 
+from fedkit_core.contract.data import CLASSIFICATION, Split, TaskData
 from fedkit_core.tasks import cache
-from fedkit_core.tasks.base import CLASSIFICATION, Split, TaskData
 from fedkit_core.tasks.files import DataWarning
 
 

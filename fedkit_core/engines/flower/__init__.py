@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fedkit_core.contract.options import Option
 from fedkit_core.errors import FedkitError
-from fedkit_core.options import Option
 
 if TYPE_CHECKING:
     from fedkit_core.config import Config

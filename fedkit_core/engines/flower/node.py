@@ -51,6 +51,8 @@ from flwr.app import Message as FlowerMessage
 from flwr.clientapp import ClientApp
 
 from fedkit_core.config import Config
+from fedkit_core.contract.data import TaskInfo
+from fedkit_core.contract.messages import Arrays, Message
 from fedkit_core.engines.checkpoint import ClientCheckpoints, checkpoint_client
 from fedkit_core.engines.client import ClientRuntime
 from fedkit_core.engines.flower.packing import PACKED, pack, unpack
@@ -64,10 +66,8 @@ from fedkit_core.engines.flower.records import (
 from fedkit_core.engines.snapshot import from_bytes, restore_client, to_bytes
 from fedkit_core.errors import FedkitError, failure_text, no_space
 from fedkit_core.federation import Federation, prepare
-from fedkit_core.messages import Arrays, Message
 from fedkit_core.privacy.secure import client_mod
 from fedkit_core.resolve import resolve_config
-from fedkit_core.tasks.base import TaskInfo
 
 #: run config keys of a deployed run (see deploy.py)
 CONFIG_KEY, OUT_KEY = "fedkit-config", "out"

@@ -1,6 +1,6 @@
 """fedkit messages as Flower messages: named arrays and scalars, nothing else.
 
-A fedkit :class:`~fedkit_core.messages.Message` becomes a Flower ``RecordDict`` with an
+A fedkit :class:`~fedkit_core.contract.messages.Message` becomes a Flower ``RecordDict`` with an
 ``ArrayRecord`` (``arrays``: the named tensors, as NumPy arrays), a ``MetricRecord``
 (``metrics``: int and float scalars) and a ``ConfigRecord`` (``config``: str and bool
 scalars), so every scalar keeps its type. Each fedkit kind has its Flower message type.
@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
+from fedkit_core.contract.messages import Arrays, Message
 from fedkit_core.errors import FedkitError, NoSpace
-from fedkit_core.messages import Arrays, Message
 
 #: fedkit kind -> Flower message type; ``describe`` is the engine's own handshake
 MESSAGE_TYPES = {

@@ -19,6 +19,8 @@ from flwr.app import Message as FlowerMessage
 from flwr.serverapp import Grid
 
 from fedkit_core.config import Config
+from fedkit_core.contract.data import TaskInfo
+from fedkit_core.contract.messages import Message
 from fedkit_core.engines.driver import drive
 from fedkit_core.engines.flower.node import CONFIG_KEY, OUT_KEY, TASK_KEY
 from fedkit_core.engines.flower.packing import pack, unpack
@@ -27,12 +29,10 @@ from fedkit_core.engines.flower.warm import retry_object_pulls_sooner
 from fedkit_core.engines.server import Observer, Server
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import pick_device
-from fedkit_core.messages import Message
 from fedkit_core.plugins import PluginSet
 from fedkit_core.resolve import resolve_config
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir
-from fedkit_core.tasks.base import TaskInfo
 
 #: seconds a deployed client's reply may take beyond ``client_timeout`` (transfer and
 #: polling) before the server stops waiting for it; the node enforces the timeout itself

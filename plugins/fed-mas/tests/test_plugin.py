@@ -13,12 +13,12 @@ from fedkit_fed_mas import plugin
 from torch import nn
 
 from fedkit_core import FedkitError, hookimpl, resolve_config, run
+from fedkit_core.contract.data import ClientData, Normalizer, Split
+from fedkit_core.contract.messages import Message
 from fedkit_core.engines.client import ClientRuntime
-from fedkit_core.messages import Message
 from fedkit_core.models.networks import load_state_file
 from fedkit_core.plugin import CLASSIFICATION, ServerContext, TaskInfo, Update, plugin_scope
 from fedkit_core.plugins import PluginSet
-from fedkit_core.tasks.base import ClientData, Normalizer, Split
 from fedkit_core.testing import shared_data, tiny, tiny_seg
 
 PROJECTOR, AUX, ENCODER = plugin.PROJECTOR, plugin.AUX, plugin.ENCODER

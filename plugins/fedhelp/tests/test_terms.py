@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedkit_core.tasks.base import CLASSIFICATION
+from fedkit_core.contract.data import CLASSIFICATION
 
 
 def test_small_client_term_is_lambda_l_times_r_with_lambda_r_on_the_kl():

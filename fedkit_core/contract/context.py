@@ -19,14 +19,14 @@ import torch
 import torch.nn.functional as F
 
 from fedkit_core.config import Config
+from fedkit_core.contract.data import SEGMENTATION, Batch, ClientData, ClientInfo, TaskInfo
+from fedkit_core.contract.messages import Arrays, Payload
 from fedkit_core.devices import autocast_forward, gather, input_layout
 from fedkit_core.errors import FedkitError
 from fedkit_core.losses import log_prior
-from fedkit_core.messages import Arrays, Payload
 from fedkit_core.metrics import classification_metrics, per_sample_dice, segmentation_metrics
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.plugins import current_plugin
-from fedkit_core.tasks.base import SEGMENTATION, Batch, ClientData, ClientInfo, TaskInfo
 
 
 def derive_seed(*parts: object) -> int:

@@ -1,0 +1,13 @@
+"""The contract between the core and its plugins, in one place.
+
+* :mod:`~fedkit_core.contract.hookspecs`: every hook, documented (like pytest's hookspec.py)
+* :mod:`~fedkit_core.contract.context`: what hooks see, a client's and the server's context
+* :mod:`~fedkit_core.contract.messages`: the wire format, named arrays and plain scalars
+* :mod:`~fedkit_core.contract.options`: typed config options, declared alike by the core,
+  tasks and plugins
+* :mod:`~fedkit_core.contract.data`: the data a task hands over (splits, batches, task and
+  client descriptions)
+
+It depends on nothing in ``engines/`` or ``results/`` (``tests/test_layers.py``). Plugins
+import its public names from :mod:`fedkit_core.plugin`.
+"""
