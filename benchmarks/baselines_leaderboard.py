@@ -34,10 +34,11 @@ from pathlib import Path
 
 import numpy as np
 
+from fedkit_core.comparison import compare
 from fedkit_core.config import load_yaml
 from fedkit_core.errors import FedkitError
 from fedkit_core.resolve import resolve_config
-from fedkit_core.results.compare import Comparison, compare, runspec_label, runspec_layers
+from fedkit_core.results.compare import Comparison, runspec_label, runspec_layers
 
 CONFIGS = Path("benchmarks/leaderboard")
 DATASETS = {"retina": 60, "pneumonia": 40}  # default rounds per data set

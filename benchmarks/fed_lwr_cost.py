@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from fedkit_core import run
-from fedkit_core.engines.server import Observer
+from fedkit_core.contract.observer import Observer
 
 QUERY = "fed-lwr.cka"
 

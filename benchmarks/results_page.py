@@ -31,21 +31,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedkit_core.comparison import compare
 from fedkit_core.config import load_yaml, parse_sets
+from fedkit_core.fileio import write_text
 from fedkit_core.metrics.paired import paired_difference
 from fedkit_core.results.clients import clients_section, gain_rows, score_rows
-from fedkit_core.results.compare import (
-    Comparison,
-    compare,
-    diff_rows,
-    markdown_table,
-    rows_markdown,
-    runspec_label,
-)
+from fedkit_core.results.compare import Comparison, diff_rows, runspec_label
 from fedkit_core.results.compare import metric_label as label
 from fedkit_core.results.convergence import convergence_note
 from fedkit_core.results.schema import Results
-from fedkit_core.results.store import write_text
+from fedkit_core.results.tables import markdown_table, rows_markdown
 
 CONFIGS = Path("benchmarks/results")
 FIGURES = Path("docs/figures/results")

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from fedkit_core.config import Config
+from fedkit_core.contract.observer import Observer
 from fedkit_core.engines.checkpoint import ServerCheckpoints
 from fedkit_core.engines.driver import write_missing_outputs
 from fedkit_core.engines.registry import get_engine
-from fedkit_core.engines.server import Observer
 from fedkit_core.errors import FedkitError, NoSpace, no_space
 from fedkit_core.plugins import PluginSet
 from fedkit_core.resolve import ConfigLike, resolve_config

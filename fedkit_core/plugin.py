@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from fedkit_core.aggregation import average_entry, weighted_average
 from fedkit_core.config import Config
-from fedkit_core.contract.context import ClientContext, ServerContext, derive_seed
+from fedkit_core.contract.context import ClientContext, ServerContext, derive_seed, lr_at
 from fedkit_core.contract.data import CLASSIFICATION, SEGMENTATION, Batch, ClientInfo, TaskInfo
 from fedkit_core.contract.hookspecs import API_VERSION, Ask, hookimpl
 from fedkit_core.contract.messages import Arrays, Payload, Reply, Scalar, Update
 from fedkit_core.contract.options import Option
-from fedkit_core.engines.server import lr_at
+from fedkit_core.contract.scope import plugin_scope
 from fedkit_core.engines.snapshot import read_snapshot
 from fedkit_core.errors import FedkitError
 from fedkit_core.knowledge import (
@@ -40,10 +40,8 @@ from fedkit_core.losses import balanced_softmax_ce, dice_loss, log_prior
 from fedkit_core.losses.weight_maps import weight_map, weight_maps
 from fedkit_core.models import build_model
 from fedkit_core.models.fedmodel import FedModel
-from fedkit_core.plugins import plugin_scope
 from fedkit_core.priors import FrozenEncoder, check_source, encoder_feature_dim, frozen_encoder
 from fedkit_core.privacy.channels import INDIVIDUAL, QUERY, REPORT, Channel
-from fedkit_core.results.compare import markdown_table
 
 __all__ = [
     "API_VERSION",
@@ -85,7 +83,6 @@ __all__ = [
     "load_public",
     "log_prior",
     "lr_at",
-    "markdown_table",
     "plugin_scope",
     "read_snapshot",
     "save_knowledge",

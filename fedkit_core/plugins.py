@@ -8,12 +8,10 @@ never leak plugins into each other and tests can register throwaway plugins free
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import importlib
 import types
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points, version
 from typing import Any
@@ -22,6 +20,7 @@ import pluggy
 
 from fedkit_core.contract import hookspecs
 from fedkit_core.contract.options import Option
+from fedkit_core.contract.scope import CURRENT
 from fedkit_core.errors import FedkitError, unknown
 
 ENTRY_POINT_GROUP = "fedkit.plugins"
@@ -85,25 +84,6 @@ BUNDLED_EXTRAS = {
     "fedcb": ("offline", "its default text encoder, all-MiniLM-L6-v2, with no download"),
 }
 
-#: The name of the plugin whose hook is running (what ``ctx.options()`` and ``ctx.state``
-#: resolve against), set around every hook call of a registered plugin.
-_CURRENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("fedkit_plugin", default=None)
-
-
-def current_plugin() -> str | None:
-    """The registered name of the plugin whose hook is running, or ``None`` in core code."""
-    return _CURRENT.get()
-
-
-@contextmanager
-def plugin_scope(name: str) -> Iterator[None]:
-    """Run code as plugin ``name`` (tests calling a hook function directly use this)."""
-    token = _CURRENT.set(name)
-    try:
-        yield
-    finally:
-        _CURRENT.reset(token)
-
 
 def _bound(name: str, obj: Any) -> Any:
     """A stand-in for plugin ``obj`` whose hook functions run as plugin ``name``.
@@ -124,11 +104,11 @@ def _bound(name: str, obj: Any) -> Any:
 def _as(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
-        token = _CURRENT.set(name)
+        token = CURRENT.set(name)
         try:
             return function(*args, **kwargs)
         finally:
-            _CURRENT.reset(token)
+            CURRENT.reset(token)
 
     return call
 

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fedkit_core.engines.server import Observer
+from fedkit_core.contract.observer import Observer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

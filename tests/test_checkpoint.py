@@ -160,7 +160,7 @@ def test_a_damaged_checkpoint_file_is_refused_naming_it_and_the_round(
 
 
 def test_compare_checks_the_checkpoints_of_a_run_it_continues(two_of_three, tmp_path):
-    from fedkit_core.results.compare import compare
+    from fedkit_core.comparison import compare
 
     out = tmp_path / "cmp"
     config = yaml.safe_load((two_of_three / "config.yaml").read_text())

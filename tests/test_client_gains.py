@@ -8,9 +8,10 @@ import json
 import numpy as np
 import pytest
 
+from fedkit_core.comparison import compare
 from fedkit_core.errors import FedkitError
 from fedkit_core.results import clients as per_client
-from fedkit_core.results.compare import compare, reference_labels
+from fedkit_core.results.compare import reference_labels
 from fedkit_core.results.labels import method_label, reference_of
 
 T_975_2 = 4.302652729911275  # Student t, 97.5% quantile, 2 degrees of freedom

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from fedkit_core import FedkitError
-from fedkit_core.results.compare import compare
-from fedkit_core.results.parallel import threads_per_job
+from fedkit_core.comparison import compare
+from fedkit_core.parallel import threads_per_job
 from fedkit_core.testing import tiny
 
 

@@ -1,5 +1,6 @@
 """`fedkit compare`: the config layers each runspec gets."""
 
+from fedkit_core import comparison
 from fedkit_core.results import compare
 
 
@@ -68,7 +69,7 @@ def test_a_runspec_given_twice_or_two_sharing_a_folder_is_refused(tmp_path):
         (tmp_path / folder / "x.yaml").write_text("rounds: 1\n")
     for specs in (["fedavg", "fedavg"], [f"{tmp_path}/a/x.yaml", f"{tmp_path}/b/x.yaml"]):
         with pytest.raises(FedkitError, match="given twice or sharing a folder"):
-            compare.compare(specs, seeds=[0], out=tmp_path / "cmp", base=[tiny(rounds=1)])
+            comparison.compare(specs, seeds=[0], out=tmp_path / "cmp", base=[tiny(rounds=1)])
     assert not (tmp_path / "cmp").exists()  # refused before anything ran
 
 
@@ -95,10 +96,10 @@ def test_runspecs_that_are_not_paired_are_refused_before_anything_runs(tmp_path)
     other.write_text(yaml.safe_dump({"partition": {"kind": "dirichlet", "alpha": 0.1}}))
     specs = ["fedavg", str(other)]
     with pytest.raises(FedkitError, match=r"not paired.*partition\.alpha.*--allow-unpaired"):
-        compare.compare(specs, seeds=[0], out=tmp_path / "cmp", base=[tiny(rounds=1)])
+        comparison.compare(specs, seeds=[0], out=tmp_path / "cmp", base=[tiny(rounds=1)])
     assert not (tmp_path / "cmp").exists()
 
-    found = compare.compare(
+    found = comparison.compare(
         specs, seeds=[0], out=tmp_path / "cmp", base=[tiny(rounds=1)], allow_unpaired=True
     )
     assert any("partition.alpha" in w for w in found.warnings)

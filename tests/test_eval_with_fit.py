@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from fedkit_core import resume, run
+from fedkit_core.contract.observer import Observer
 from fedkit_core.engines.client import ClientRuntime
-from fedkit_core.engines.server import Observer
 from fedkit_core.errors import FedkitError
 from fedkit_core.testing import InterruptAfter, tiny
 

@@ -26,10 +26,10 @@ from fedkit_core import FedkitError, Reply, hookimpl, resume, run  # noqa: E402
 from fedkit_core.aggregation import weighted_average  # noqa: E402
 from fedkit_core.cli import main  # noqa: E402
 from fedkit_core.contract.messages import Message  # noqa: E402
+from fedkit_core.contract.observer import Observer  # noqa: E402
 from fedkit_core.engines.flower import node as node_module  # noqa: E402
 from fedkit_core.engines.flower.records import from_records, to_records  # noqa: E402
 from fedkit_core.engines.flower.serverapp import FlowerTransport, wait_for_nodes  # noqa: E402
-from fedkit_core.engines.server import Observer  # noqa: E402
 from fedkit_core.engines.workers import cpu_cores  # noqa: E402
 from fedkit_core.errors import ClientFailure  # noqa: E402
 from fedkit_core.testing import REPO_ROOT, tiny  # noqa: E402

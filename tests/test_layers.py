@@ -137,9 +137,11 @@ def layer_of(module: str, table: list[tuple[list[str], str]]) -> int | None:
     best: tuple[int, int] | None = None
     for index, (prefixes, _) in enumerate(table):
         for prefix in prefixes:
-            if module == prefix or (prefix != "fedkit_core" and module.startswith(prefix + ".")):
-                if best is None or len(prefix) > best[0]:
-                    best = (len(prefix), index)
+            names = module == prefix or (
+                prefix != "fedkit_core" and module.startswith(prefix + ".")
+            )
+            if names and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), index)
     return None if best is None else best[1]
 
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from fedkit_core import FedkitError, federation
+from fedkit_core.comparison import compare
 from fedkit_core.engines.server import Server
 from fedkit_core.metrics.paired import paired_difference
-from fedkit_core.results.compare import compare
 from fedkit_core.testing import tiny
 
 

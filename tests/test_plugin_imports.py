@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PUBLIC = {"fedkit_core", "fedkit_core.plugin"}
+#: the plugin API, and the results API for tools that read runs and comparisons (FCA's table)
+PUBLIC = {"fedkit_core", "fedkit_core.plugin", "fedkit_core.results"}
 SOURCES = sorted(
     path
     for package in [*ROOT.glob("plugins/*/fedkit_*"), *ROOT.glob("examples/plugin-*/fedkit_*")]

@@ -201,7 +201,7 @@ def test_sample_level_replaces_batch_norm_and_accounts_each_client():
 
 def test_sample_level_model_has_group_norm_on_every_party():
     from fedkit_core.contract.context import ServerContext
-    from fedkit_core.engines.client import build_model
+    from fedkit_core.engines.model import build_model
     from fedkit_core.federation import prepare
 
     cfg, plugins = resolve_config(tiny(dp={"level": "sample"}))
@@ -291,7 +291,7 @@ def test_dp_runspec_terms():
 
 @pytest.mark.slow
 def test_compare_writes_the_privacy_utility_table_and_figure(tmp_path):
-    from fedkit_core.results.compare import compare
+    from fedkit_core.comparison import compare
 
     specs = [
         "fedavg",

@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from fedkit_core import FedkitError, resume, run
-from fedkit_core.results.compare import RESERVED, compare
+from fedkit_core.comparison import compare
+from fedkit_core.results.compare import RESERVED
 from fedkit_core.results.store import RunDir, config_hash
 from fedkit_core.testing import tiny
 
@@ -111,7 +112,7 @@ def test_a_lock_from_another_host_is_never_taken_over(done):
 
 
 def test_a_run_holds_its_lock_while_it_is_written(tmp_path):
-    from fedkit_core.engines.server import Observer
+    from fedkit_core.contract.observer import Observer
 
     seen = []
 

@@ -15,7 +15,7 @@ import pytest
 import fedkit_core
 from fedkit_core import resume, run
 from fedkit_core.cli import main
-from fedkit_core.results.store import FILE_MODE
+from fedkit_core.fileio import FILE_MODE
 from fedkit_core.testing import tiny
 
 
@@ -104,8 +104,8 @@ def test_resume_of_a_complete_run_writes_the_outputs_it_lacks(finished, tmp_path
 def test_an_interrupted_writers_temporary_file_goes_with_the_next_write(finished, tmp_path):
     target = _copy(finished, tmp_path / "run")
     killed = (  # a `fedkit report` killed while writing curves.png
-        "import os, sys; from pathlib import Path; from fedkit_core.results.store import _atomic;"
-        "_atomic(Path(sys.argv[1]), lambda fh: (fh.write(b'half a png'), fh.flush(), os._exit(9)))"
+        "import os, sys; from pathlib import Path; from fedkit_core.fileio import write_atomic;"
+        "write_atomic(Path(sys.argv[1]), lambda fh: (fh.write(b'half a png'), fh.flush(), os._exit(9)))"
     )
     env = {**os.environ, "PYTHONPATH": str(Path(fedkit_core.__file__).parents[1])}
     done = subprocess.run([sys.executable, "-c", killed, str(target / "curves.png")], env=env)
@@ -144,7 +144,7 @@ def test_report_on_a_damaged_or_crafted_results_file_is_one_clear_error(
 
 
 def test_report_and_compare_summarise_read_only_runs(tmp_path, read_only, capsys):
-    from fedkit_core.results.compare import compare
+    from fedkit_core.comparison import compare
 
     out = tmp_path / "cmp"
     layer = [tiny(rounds=1)]

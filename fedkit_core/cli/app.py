@@ -177,11 +177,12 @@ def compare(
     YAML file, then --config, then the defaults."""
     from fedkit_core import api
     from fedkit_core.cli.display import print_rows, rows_table
+    from fedkit_core.comparison import compare
     from fedkit_core.errors import FedkitError
+    from fedkit_core.fileio import make_folder
     from fedkit_core.results import compare as cmp
     from fedkit_core.results.convergence import convergence_note
     from fedkit_core.results.labels import metric_name
-    from fedkit_core.results.store import make_folder
 
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
@@ -226,7 +227,7 @@ def compare(
     if private:  # the summary too, not only each run
         make_folder(out)
         out.chmod(0o700)
-    found = cmp.compare(
+    found = compare(
         runspecs,
         seeds=seed_list,
         out=out,

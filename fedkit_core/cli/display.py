@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fedkit_core.engines.server import Observer
+from fedkit_core.contract.observer import Observer
 from fedkit_core.results.schema import has_test
 
 

@@ -18,7 +18,7 @@ from fedkit_core.config import load_yaml, parse_sets
 from fedkit_core.errors import FedkitError
 
 if TYPE_CHECKING:
-    from fedkit_core.engines.server import Observer
+    from fedkit_core.contract.observer import Observer
 
 console = Console()
 err_console = Console(stderr=True)

@@ -21,18 +21,28 @@ import torch.nn.functional as F
 from fedkit_core.config import Config
 from fedkit_core.contract.data import SEGMENTATION, Batch, ClientData, ClientInfo, TaskInfo
 from fedkit_core.contract.messages import Arrays, Payload
+from fedkit_core.contract.scope import current_plugin
 from fedkit_core.devices import autocast_forward, gather, input_layout
 from fedkit_core.errors import FedkitError
 from fedkit_core.losses import log_prior
 from fedkit_core.metrics import classification_metrics, per_sample_dice, segmentation_metrics
 from fedkit_core.models.fedmodel import FedModel
-from fedkit_core.plugins import current_plugin
 
 
 def derive_seed(*parts: object) -> int:
     """A stable 31-bit seed from any parts (str parts hashed with crc32, not Python's hash)."""
     words = [p if isinstance(p, int) else zlib.crc32(str(p).encode()) for p in parts]
     return int(np.random.SeedSequence([abs(int(w)) for w in words]).generate_state(1)[0] >> 1)
+
+
+def lr_at(config: Config, round: int) -> float:
+    """The learning rate of a (1-based) round under the ``lr_schedule`` config keys."""
+    lr, gamma = config["lr"], config["lr_gamma"]
+    if config["lr_schedule"] == "step":
+        return lr * gamma ** sum(round >= m for m in config["lr_milestones"])
+    if config["lr_schedule"] == "exp":
+        return lr * gamma ** (round - 1)
+    return lr
 
 
 T = TypeVar("T")

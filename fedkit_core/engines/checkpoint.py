@@ -42,7 +42,7 @@ from fedkit_core.engines.snapshot import (
     write_snapshot,
 )
 from fedkit_core.errors import FedkitError
-from fedkit_core.results.store import write_text
+from fedkit_core.fileio import write_text
 
 log = logging.getLogger("fedkit")
 

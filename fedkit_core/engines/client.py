@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from fedkit_core.allocator import keep_freed_memory
 from fedkit_core.config import Config
-from fedkit_core.contract.context import ClientContext, ServerContext, derive_seed
+from fedkit_core.contract.context import ClientContext, derive_seed
 from fedkit_core.contract.data import SEGMENTATION, Batch, ClientData, TaskInfo
 from fedkit_core.contract.messages import (
     Message,
@@ -28,7 +28,9 @@ from fedkit_core.contract.messages import (
     enclose,
     take_out,
 )
+from fedkit_core.contract.protocol import CLASS_COUNTS, EVALUATION, PAYLOAD
 from fedkit_core.devices import input_layout, joined, place_model
+from fedkit_core.engines.model import build_model
 from fedkit_core.errors import FedkitError
 from fedkit_core.metrics.segmentation import per_sample_dice
 from fedkit_core.metrics.statistics import classification_stats, segmentation_stats
@@ -36,39 +38,10 @@ from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.plugins import PluginSet
 from fedkit_core.privacy.checks import declared_channels
 from fedkit_core.privacy.layer import client_reply, is_private, privatised_channels
-from fedkit_core.privacy.sample_level import DPSGD, prepare_model
+from fedkit_core.privacy.sample_level import DPSGD
 
 if TYPE_CHECKING:
     from fedkit_core.engines.pool import ModelPool
-
-#: prefix of the plugins' arrays in a fit message (``fedkit_configure_fit``) and in its
-#: reply (``fedkit_client_report`` returning a :class:`Payload`)
-PAYLOAD = "payload/"
-#: prefix of a previous round's evaluation that travels with a fit message and its reply
-#: (``eval_with_fit``: the scalars of the ``evaluate`` message of the global arrays the fit
-#: message carries; in the reply, the evaluation's reply)
-EVALUATION = "evaluate/"
-#: the setup reply's array of training class counts (sent only when shot groups need them)
-CLASS_COUNTS = "class_counts"
-
-
-def build_model(plugins: PluginSet, ctx: ServerContext | ClientContext) -> FedModel:
-    """The model for one party: the exclusive builder, then every plugin's extension, then
-    the ``freeze`` config key (:meth:`FedModel.freeze`) and the ``bn`` policy (``local``:
-    every batch-norm layer private)."""
-    model = plugins.hook.fedkit_build_model(ctx=ctx)
-    if not isinstance(model, FedModel):
-        raise FedkitError(f"fedkit_build_model returned {type(model).__name__}, not a FedModel")
-    plugins.hook.fedkit_extend_model(model=model, ctx=ctx)
-    model = prepare_model(model, ctx.config)  # dp.level=sample: no batch norm
-    if ctx.config["freeze"]:
-        model.freeze(ctx.config["freeze"])
-    if ctx.config["bn"] == "local" and not model.keep_batch_norm_local():
-        raise FedkitError(
-            "bn=local keeps the batch-norm layers on the clients, but this model has none "
-            f"(model={ctx.config['model']}); use bn=average"
-        )
-    return model
 
 
 def merged_views(results: list[Mapping[str, str | None] | None]) -> dict[str, str]:

@@ -19,13 +19,15 @@ import torch
 from fedkit_core.config import Config
 from fedkit_core.contract.context import ClientContext, derive_seed
 from fedkit_core.contract.messages import Message
+from fedkit_core.contract.observer import Observer
 from fedkit_core.contract.options import Option
 from fedkit_core.devices import place_model
 from fedkit_core.engines.checkpoint import ClientCheckpoints
-from fedkit_core.engines.client import ClientRuntime, SharedModel, build_model
+from fedkit_core.engines.client import ClientRuntime, SharedModel
 from fedkit_core.engines.driver import drive
+from fedkit_core.engines.model import build_model
 from fedkit_core.engines.pool import ModelPool
-from fedkit_core.engines.server import Observer, Server, round_half_up
+from fedkit_core.engines.server import Server, round_half_up
 from fedkit_core.engines.workers import (
     WorkerTransport,
     auto_workers,

@@ -57,12 +57,14 @@ from fedkit_core.config import Config
 from fedkit_core.contract.context import ClientContext, batch_count, derive_seed
 from fedkit_core.contract.data import Batch, ClientData, Split
 from fedkit_core.contract.messages import Message
+from fedkit_core.contract.observer import Observer
 from fedkit_core.devices import place_model
 from fedkit_core.engines.checkpoint import ClientCheckpoints
-from fedkit_core.engines.client import ClientRuntime, SharedModel, build_model
+from fedkit_core.engines.client import ClientRuntime, SharedModel
 from fedkit_core.engines.driver import drive
 from fedkit_core.engines.local import LocalTransport
-from fedkit_core.engines.server import Observer, Server, Transport
+from fedkit_core.engines.model import build_model
+from fedkit_core.engines.server import Server, Transport
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import prepare
 from fedkit_core.plugins import PluginSet

@@ -13,14 +13,13 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.contract.context import ServerContext, derive_seed
+from fedkit_core.contract.context import ServerContext, derive_seed, lr_at
 from fedkit_core.contract.data import CLASSIFICATION, TaskInfo
 from fedkit_core.contract.messages import (
     Arrays,
@@ -34,9 +33,11 @@ from fedkit_core.contract.messages import (
     message_bytes,
     take_out,
 )
+from fedkit_core.contract.observer import Observer
+from fedkit_core.contract.protocol import CLASS_COUNTS, EVALUATION, PAYLOAD
 from fedkit_core.engines.asynchronous import ASYNCHRONOUS, AsynchronousRounds
-from fedkit_core.engines.client import CLASS_COUNTS, EVALUATION, PAYLOAD, build_model
 from fedkit_core.engines.clock import clock_for
+from fedkit_core.engines.model import build_model
 from fedkit_core.errors import ClientFailure, FedkitError, NoSpace
 from fedkit_core.metrics.fairness import fairness
 from fedkit_core.metrics.statistics import add_stats, predicted_classes
@@ -52,29 +53,6 @@ class Transport(Protocol):
     """Delivers one message per client id and returns the replies (``error`` set on failure)."""
 
     def send(self, messages: dict[str, Message]) -> dict[str, Message]: ...
-
-
-class Observer:
-    """Receives progress events (the CLI shows them); every method is optional."""
-
-    def on_start(self, total_rounds: int, first_round: int) -> None: ...
-
-    def on_phase(self, round: int, phase: str, done: int, total: int) -> None: ...
-
-    def on_round_end(self, record: dict[str, Any]) -> None: ...
-
-    def on_end(self, results: Mapping[str, Any], run_dir: Path | None) -> None:
-        """The run is complete and its results and figures are written (to ``run_dir``)."""
-
-
-def lr_at(config: Config, round: int) -> float:
-    """The learning rate of a (1-based) round under the ``lr_schedule`` config keys."""
-    lr, gamma = config["lr"], config["lr_gamma"]
-    if config["lr_schedule"] == "step":
-        return lr * gamma ** sum(round >= m for m in config["lr_milestones"])
-    if config["lr_schedule"] == "exp":
-        return lr * gamma ** (round - 1)
-    return lr
 
 
 def cohort_size(clients: int, fraction: float) -> int:

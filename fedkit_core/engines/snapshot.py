@@ -16,13 +16,14 @@ import io
 import pickle
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fedkit_core.engines.client import ClientRuntime
+if TYPE_CHECKING:
+    from fedkit_core.engines.client import ClientRuntime
 from fedkit_core.errors import FedkitError
-from fedkit_core.results.store import write_torch
+from fedkit_core.fileio import write_torch
 
 
 def client_snapshot(runtime: ClientRuntime) -> dict[str, Any]:

@@ -46,9 +46,9 @@ from typing import Any
 import torch
 
 from fedkit_core.contract.messages import Message
+from fedkit_core.contract.observer import Observer
 from fedkit_core.engines.checkpoint import RESUME_KEY, ClientCheckpoints, checkpoint_client
 from fedkit_core.engines.client import ClientRuntime
-from fedkit_core.engines.server import Observer
 from fedkit_core.engines.snapshot import client_snapshot, restore_client
 from fedkit_core.errors import FedkitError, failure_text, no_space
 

@@ -1,74 +1,48 @@
-"""``fedkit compare``: several methods on the same task, partition and seeds, as papers do.
+"""The summary of a comparison: ``compare.json``'s sections, the tables and notes of
+``compare.md`` and ``compare.tex``, and the figures (:mod:`fedkit_core.comparison` runs the
+comparison; docs/architecture.md, "References", says what each section holds).
 
-Each RUNSPEC (a plugin name, a combination ``a+b``, or a YAML config path) runs once per
-seed into ``OUT/<label>/seed<k>/`` (an ordinary run directory, so an interrupted comparison
-continues where it stopped; a folder holding a run of another config is refused, never reused
-or overwritten). The summary is ``compare.json``
-(``{runspec: {metric: {mean, std, per_seed}}}``, std over seeds with ddof 0),
-``compare.md`` and ``compare.tex`` (the table to paste, with readable headers and notes) and
-the ``compare`` figure (per-round curves with mean ± std bands; PNG, PDF, SVG). Keys of a
-plugin that a runspec does not use are ignored for that runspec, in ``--set`` pairs and in
-the shared ``--config`` file.
-
-A runspec part naming an aggregation mode (``fedavg+fedbuff``) sets ``aggregation``; with
-``target`` the time each run takes to reach a score is tabulated and drawn too
-(:mod:`fedkit_core.results.timing`, docs/hospitals.md).
-
-With two or more seeds every other runspec is also compared with the first (the baseline)
-seed by seed (:mod:`fedkit_core.metrics.paired`): ``compare.json`` then holds
-``diff.<runspec>.<metric>`` (mean paired difference, paired-t and bootstrap 95% intervals,
-wins/ties/losses), and ``compare.md`` a second table marking each difference significant or
-not.
-
-References are compared beside the methods and marked as such in every table and figure:
-the runspec ``pooled`` (``pooled=true``: one model trained centrally on the union of the
-clients' training data, not federated, see :mod:`fedkit_core.engines.pooled`) and ``solo``
-(each client alone); ``compare.json`` names them under ``references``. Its ``clients``
-section holds every client's score per runspec and each runspec's paired gain over a
-reference runspec client by client (:mod:`fedkit_core.results.clients`; the reference is
-``solo`` when compared, else the first runspec, or the one chosen with ``reference``), and
-``compare.md`` both tables.
+``compare.json`` is ``{runspec: {metric: {mean, std, per_seed}}}`` (std over seeds with
+ddof 0); with two or more seeds every other runspec is also compared with the first (the
+baseline) seed by seed (:mod:`fedkit_core.metrics.paired`: ``diff.<runspec>.<metric>``,
+the mean paired difference, paired-t and bootstrap 95% intervals, wins/ties/losses), and
+``compare.md`` has a second table marking each difference significant or not. References
+(``pooled``, ``solo``) are named under ``references`` and marked in every table and figure;
+``clients`` holds every client's score per runspec and each runspec's paired gain over a
+reference runspec client by client (:mod:`fedkit_core.results.clients`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fedkit_core.config import AGGREGATION_MODES, Config, load_yaml
+from fedkit_core.config import AGGREGATION_MODES, load_yaml
 from fedkit_core.errors import FedkitError
+from fedkit_core.fileio import write_text
 from fedkit_core.metrics.paired import paired_difference
 from fedkit_core.plugins import BUILTINS, installed
 from fedkit_core.privacy.report import write_privacy_utility
 from fedkit_core.privacy.runspec import method_and_dp
 from fedkit_core.results.clients import (
     CLIENTS,
-    clients_section,
-    default_reference,
     gain_rows,
     score_rows,
 )
-from fedkit_core.results.convergence import convergence, convergence_note
+from fedkit_core.results.convergence import convergence_note
 from fedkit_core.results.labels import (
     METRICS,
     REFERENCES,
     client_view,
     metric_name,
-    reference_of,
 )
 from fedkit_core.results.schema import Results
-from fedkit_core.results.store import (
-    OwnedOutputs,
-    RunDir,
-    folder_name,
-    writable,
-    write_json,
-    write_text,
-)
+from fedkit_core.results.store import folder_name
+from fedkit_core.results.tables import _cell, latex_table, markdown_table, rows_markdown
 
 #: the runspec of the pooled reference (centralised training, not a plugin)
 POOLED = "pooled"
@@ -176,9 +150,6 @@ TIME_TO_TARGET = "time_to_target"
 WARNINGS = "warnings"
 #: compare.json keys that are not runspecs
 RESERVED = (DIFF, CLIENTS, REFERENCES_KEY, CONVERGENCE, TIME_TO_TARGET, WARNINGS)
-#: config keys (and key prefixes, ending in ``.``) that make seed k of two runspecs a pair:
-#: the same data, split the same way among the same clients
-PAIRING_KEYS = ("task.", "partition.", "clients")
 #: the compared numbers where lower is better (all others: higher is better)
 LOWER_IS_BETTER = ("final.fairness.std", "final.wall_seconds", "final.simulated_seconds")
 
@@ -339,81 +310,6 @@ def diff_rows(
     ]
 
 
-def rows_markdown(rows: Sequence[Mapping[str, str]]) -> str:
-    """Rows of equal keys as a markdown table."""
-    head = list(rows[0])
-    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
-    lines += ["| " + " | ".join(r[h] for h in head) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
-
-
-def markdown_table(
-    table: Mapping[str, Mapping[str, Mapping[str, Any]]],
-    columns: Sequence[str],
-    scale: float = 1.0,
-    digits: int = 4,
-    headers: Sequence[str] | None = None,
-    labels: Mapping[str, str] | None = None,
-) -> str:
-    """``{runspec: {column: {mean, std}}}`` as a markdown table of ``mean ± std`` cells
-    (values times ``scale``: 100 for percent), headed by ``headers`` (default: the columns),
-    runspecs named by ``labels`` (e.g. :func:`reference_labels`)."""
-    head = headers or columns
-    labels = labels or {}
-    lines = ["| runspec | " + " | ".join(head) + " |", "|---" * (len(columns) + 1) + "|"]
-    for spec, row in table.items():
-        cells = [_cell(row.get(c), scale, digits, " ± ") for c in columns]
-        lines.append(f"| {labels.get(spec, spec)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def _cell(entry: Mapping[str, Any] | None, scale: float, digits: int, pm: str) -> str:
-    """``mean ± std`` (``-`` for a number the runspec does not have)."""
-    if entry is None:
-        return "-"
-    return f"{scale * entry['mean']:.{digits}f}{pm}{scale * entry['std']:.{digits}f}"
-
-
-_TEX = {c: "\\" + c for c in "&%$#_{}"} | {
-    "~": r"\textasciitilde{}",
-    "^": r"\^{}",
-    "\\": r"\textbackslash{}",
-}
-
-
-def _tex(text: str) -> str:
-    return "".join(_TEX.get(c, c) for c in text).replace("±", r"$\pm$")
-
-
-def latex_table(
-    table: Mapping[str, Mapping[str, Mapping[str, Any]]],
-    columns: Sequence[str],
-    headers: Sequence[str],
-    caption: str,
-    digits: int = 4,
-    labels: Mapping[str, str] | None = None,
-) -> str:
-    """The :func:`markdown_table` as a booktabs ``table`` (``\\usepackage{booktabs}``)."""
-    labels = labels or {}
-    lines = [
-        r"\begin{table}[t]",
-        r"\centering",
-        rf"\caption{{{_tex(caption)}}}",
-        r"\begin{tabular}{l" + "r" * len(columns) + "}",
-        r"\toprule",
-        "runspec & " + " & ".join(map(_tex, headers)) + r" \\",
-        r"\midrule",
-    ]
-    for spec, row in table.items():
-        cells = [
-            "--" if c not in row else "$" + _cell(row[c], 1.0, digits, r" \pm ") + "$"
-            for c in columns
-        ]
-        lines.append(f"{_tex(labels.get(spec, spec))} & " + " & ".join(cells) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
-    return "\n".join(lines) + "\n"
-
-
 def bn_policy(results: Mapping[str, Any]) -> str:
     """A run's batch-norm policy (``normalisation.bn`` of results.json: average, local,
     mixed, none; ``unknown`` for results written before it was recorded)."""
@@ -545,223 +441,3 @@ def write_summary(
     plot_groups(runs, out / "compare.png", labels, formats)
     if clients and clients["gains"]:
         plot_client_gains(clients, out / "compare-clients.png", labels, formats)
-
-
-def planned_runs(
-    runspecs: Sequence[str],
-    seeds: Sequence[int],
-    out: Path,
-    base: Sequence[Mapping[str, Any]],
-    sets: Mapping[str, Any],
-) -> list[tuple[str, int, Path, list[Mapping[str, Any]]]]:
-    """``(runspec, seed, run folder, config layers)`` of every run of a comparison."""
-    return [
-        (
-            spec,
-            seed,
-            out / runspec_label(spec) / f"seed{seed}",
-            [
-                *runspec_layers(spec, base, sets),
-                {"seed": seed},
-            ],
-        )
-        for spec in runspecs
-        for seed in seeds
-    ]
-
-
-def resolved_runspecs(
-    plan: Sequence[tuple[str, int, Path, list[Mapping[str, Any]]]],
-) -> dict[str, Config]:
-    """Each runspec's config as its first planned run resolves it: a bad runspec or key
-    fails here, before any run starts."""
-    from fedkit_core.resolve import resolve_config
-
-    configs: dict[str, Config] = {}
-    for spec, _, _, layers in plan:
-        if spec not in configs:
-            configs[spec] = resolve_config(list(layers))[0]
-    return configs
-
-
-def unpaired(configs: Mapping[str, Config]) -> list[str]:
-    """One sentence per :data:`PAIRING_KEYS` key on which the runspecs' configs disagree
-    (``clients: fedavg 6, fedcb.yaml 10``): their seed k would not be the same experiment,
-    so their paired differences would mean nothing."""
-    prefixes = tuple(p for p in PAIRING_KEYS if p.endswith("."))
-    values = {
-        spec: {k: cfg[k] for k in cfg.options if k in PAIRING_KEYS or k.startswith(prefixes)}
-        for spec, cfg in configs.items()
-    }
-    keys = sorted({k for v in values.values() for k in v})
-    sentences = []
-    for key in keys:
-        seen = {spec: v.get(key, "-") for spec, v in values.items()}
-        seen = {spec: "default" if x is None else x for spec, x in seen.items()}
-        if len({repr(x) for x in seen.values()}) > 1:
-            sentences.append(f"{key}: " + ", ".join(f"{s} {x}" for s, x in seen.items()))
-    return sentences
-
-
-def refuse_shared_folders(runspecs: Sequence[str], out: Path) -> None:
-    """Exit 2 when two runspecs would run into one folder (``fedkit compare fedavg fedavg``,
-    or ``a/x.yaml`` and ``b/x.yaml``): each seed's run would be counted twice."""
-    by_label: dict[str, list[str]] = {}
-    for spec in runspecs:
-        by_label.setdefault(runspec_label(spec), []).append(spec)
-    shared = {label: specs for label, specs in by_label.items() if len(specs) > 1}
-    if shared:
-        text = "; ".join(
-            f"{' and '.join(map(repr, s))} -> {out / label}" for label, s in shared.items()
-        )
-        raise FedkitError(
-            f"runspecs given twice or sharing a folder ({text}): each run would be counted "
-            "twice; give each method once (rename a YAML file whose name another runspec has)"
-        )
-
-
-def refuse_foreign_runs(plan: Sequence[tuple[str, int, Path, list[Mapping[str, Any]]]]) -> None:
-    """Before any training: every planned folder that already holds a run must hold a run of
-    the very same config (it is then reused); otherwise exit 2 naming each such folder and
-    its differing keys. A comparison never reuses or overwrites a run of another config."""
-    from fedkit_core.resolve import resolve_config
-
-    problems = []
-    for _, _, path, layers in plan:
-        if RunDir(path).is_run():
-            try:
-                cfg = resolve_config(layers)[0]
-                RunDir(path).require_config(cfg.nested(), cfg.defaults())
-            except FedkitError as err:
-                problems.append(str(err))
-    if problems:
-        raise FedkitError("\n".join(problems))
-
-
-def compare(
-    runspecs: Sequence[str],
-    *,
-    seeds: Sequence[int],
-    out: str | Path,
-    base: Sequence[Mapping[str, Any]] = (),
-    sets: Mapping[str, Any] | None = None,
-    run_one: Callable[[list[Mapping[str, Any]], Path, str, int], Results] | None = None,
-    jobs: int = 1,
-    on_done: Callable[[str, int], None] | None = None,
-    reference: str | None = None,
-    target: str | None = None,
-    allow_unpaired: bool = False,
-) -> Comparison:
-    """Run every runspec for every seed (reusing or continuing runs of the same config) and
-    summarise exactly those runs.
-
-    ``base``: config layers shared by all runs (a YAML file, task flags); ``sets``: ``--set``
-    pairs, filtered per runspec; ``run_one(layers, out_dir, spec, seed)`` runs or continues one
-    (default: :func:`fedkit_core.api.run` with ``reuse=True``, without progress display).
-    With ``jobs`` > 1 the runs go to that many worker processes instead
-    (:mod:`fedkit_core.results.parallel`; ``run_one`` is then unused and ``on_done(spec,
-    seed)`` reports each finished run).
-    ``reference``: the runspec each runspec's per-client gain is measured against (default:
-    ``solo`` or another local reference when compared, else the first runspec; see
-    :mod:`fedkit_core.results.clients`); the paired differences ``diff`` stay against the
-    first runspec.
-    Folders holding runs of another config, and files in ``out`` that fedkit did not write,
-    are refused before anything runs; the summary files of an earlier comparison in ``out``
-    (listed in its :data:`MANIFEST`) are removed first, so they never outlive it.
-    ``target`` (``final.global.bacc=0.80``): also the time each run took to reach it
-    (:mod:`fedkit_core.results.timing`: a table in ``compare.md``, ``compare.json`` key
-    ``time_to_target``, the figure ``compare-time``).
-    Runspecs that differ in what pairs their seeds (:data:`PAIRING_KEYS`: the task and its
-    data, the partition, the number of clients) are refused before anything runs, unless
-    ``allow_unpaired``: then the differences are kept under ``warnings`` in ``compare.json``
-    and head ``compare.md``.
-    """
-    from fedkit_core import api
-    from fedkit_core.results import timing
-
-    goal = timing.parse_target(target) if target is not None else None
-
-    out = Path(out)
-    if run_one is None:
-
-        def run_one(layers, path, spec, seed):
-            return api.run(layers, out=path, reuse=True)
-
-    for name in RESERVED:
-        if name in runspecs:
-            raise FedkitError(f"a runspec may not be named {name!r}: compare.json keeps that key")
-    if reference is not None and reference not in runspecs:
-        raise FedkitError(
-            f"--reference {reference} is not one of the compared runspecs: {', '.join(runspecs)}"
-        )
-    refuse_shared_folders(runspecs, out)
-    if not isinstance(jobs, int) or jobs < 1:
-        raise FedkitError(f"--jobs must be a whole number of at least 1, got {jobs!r}")
-    plan = planned_runs(runspecs, seeds, out, base, sets or {})
-    configs = resolved_runspecs(plan)
-    differences = unpaired(configs)
-    if differences and not allow_unpaired:
-        raise FedkitError(
-            "these runspecs are not paired (their seed k would not be the same experiment): "
-            + "; ".join(differences)
-            + ". Make them agree (command-line flags and --set win over runspec files), or "
-            "pass --allow-unpaired to compare them anyway with a warning in the table"
-        )
-    refuse_foreign_runs(plan)
-    outputs, labels = OwnedOutputs(out, MANIFEST), {runspec_label(s) for s in runspecs}
-    written = writable(out)  # a read-only folder of complete runs is summarised, not written
-    if written:
-        outputs.claim(labels)  # refuses the user's files; removes only the last summary's
-    if jobs > 1:
-        from fedkit_core.results.parallel import run_parallel
-
-        done = run_parallel(plan, jobs, on_done)
-    else:
-        done = [run_one(layers, path, spec, seed) for spec, seed, path, layers in plan]
-    runs: dict[str, list[Results]] = {}
-    for (spec, *_), results in zip(plan, done, strict=True):
-        runs.setdefault(spec, []).append(results)
-    main = done[-1]["task"]["main_metric"]
-    table = aggregate(runs)
-    diff = paired_table(table)
-    kinds = {spec: reference_of(r[0]["config"]) for spec, r in runs.items()}
-    references = {spec: kind for spec, kind in kinds.items() if kind}
-    chosen = reference or default_reference(list(runs), kinds)
-    clients = clients_section(runs, main, chosen, seeds)
-    converged = {spec: convergence(seeds_runs) for spec, seeds_runs in runs.items()}
-    bn = {spec: bn_policy(seeds_runs[0]) for spec, seeds_runs in runs.items()}
-    times = timing.target_table(runs, goal) if goal is not None else None
-    if not written:
-        return Comparison(
-            table,
-            main,
-            list(seeds),
-            diff,
-            references,
-            clients,
-            converged,
-            bn,
-            times,
-            False,
-            differences,
-        )
-    # the formats the comparison asks for; a reused run may have recorded others
-    formats = next(iter(configs.values()))["figure_formats"]
-    summary = {**table, **({DIFF: diff} if diff else {}), CLIENTS: clients}
-    if differences:
-        summary[WARNINGS] = [f"not paired: {d}" for d in differences]
-    if times is not None:
-        summary[TIME_TO_TARGET] = times
-    write_json(
-        out / "compare.json",
-        {**summary, REFERENCES_KEY: references, CONVERGENCE: converged},
-    )
-    write_summary(
-        out, table, runs, main, seeds, diff, references, clients, converged, formats, differences
-    )
-    if times is not None:
-        timing.write_target(out, runs, goal, times, formats)
-    outputs.record(labels)
-    return Comparison(
-        table, main, list(seeds), diff, references, clients, converged, bn, times, True, differences
-    )

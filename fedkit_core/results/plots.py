@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from fedkit_core.errors import FedkitError
+from fedkit_core.fileio import write_atomic
 from fedkit_core.results.labels import (
     chance_level,
     client_view,
@@ -27,7 +28,6 @@ from fedkit_core.results.labels import (
     reference_of,
 )
 from fedkit_core.results.schema import has_test
-from fedkit_core.results.store import _atomic
 
 FORMATS = ("png", "pdf", "svg")
 #: what a figure is written as unless ``figure_formats`` asks for more
@@ -80,7 +80,7 @@ def save_figure(fig: Any, path: Path, formats: Sequence[str] = DEFAULT_FORMATS) 
     of the first."""
     paths = figure_paths(path, formats)
     for target, fmt in zip(paths, formats):
-        _atomic(
+        write_atomic(
             target,
             lambda fh, fmt=fmt: fig.savefig(
                 fh, format=fmt, dpi=150, bbox_inches="tight", metadata=_METADATA[fmt]

@@ -1,4 +1,4 @@
-"""A run directory and atomic writes: a reader never sees a half-written file.
+"""A run directory: its files, written atomically (:mod:`fedkit_core.fileio`).
 
 A run directory records the SHA-256 of its resolved config (``config.sha256``) so that a run
 is reused only for the very config it was made with, and holds ``run.lock`` while a process
@@ -7,114 +7,31 @@ writes it so that two processes never write one run.
 
 from __future__ import annotations
 
-import errno
-import glob
 import hashlib
 import json
 import os
 import re
 import socket
-import stat
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import yaml
 
 from fedkit_core.config import safe_yaml
 from fedkit_core.errors import FedkitError
+from fedkit_core.fileio import process_alive, write_atomic, write_text
 from fedkit_core.results.labels import method_label
 from fedkit_core.results.schema import MetricsCsv, PerRound
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-#: permission bits of written files: 0666 less the umask, as open() would give (mkstemp's
-#: temporary file is 0600, which would hide shared caches and results from colleagues)
-FILE_MODE = 0o666 & ~_umask()
-
-
-def file_mode(folder: Path) -> int:
-    """Permission bits of a file fedkit writes in ``folder``: what ``open()`` gives
-    (:data:`FILE_MODE`, 0666 less the umask), less what the folder denies its group and
-    others, so that a private folder (0700) holds private files (0600). The owner may
-    always read and write."""
-    try:
-        allowed = stat.S_IMODE(folder.stat().st_mode) | 0o600
-    except OSError:
-        return FILE_MODE
-    return FILE_MODE & allowed & 0o666
-
-
-def make_folder(folder: Path) -> None:
-    """Make ``folder`` and its missing parents, each as open to others as the folder it is
-    made in (the umask applied): a private run's subfolders are private."""
-    folder = Path(folder)
-    if folder.is_dir():
-        return
-    make_folder(folder.parent)
-    try:
-        folder.mkdir(mode=stat.S_IMODE(folder.parent.stat().st_mode) & 0o777)  # no sticky bit
-    except FileExistsError:
-        if not folder.is_dir():
-            raise
-
-
-#: this host's mark in the names of temporary files (beside the writer's process id)
-_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
-
-
-def _remove_dead_writers(path: Path) -> None:
-    """Delete the temporary files of writers of ``path`` that were killed mid-write (an
-    interrupted ``fedkit report``, say): ``.NAME.HOST-PID-XXXX.tmp`` of this host whose
-    process is gone. A live writer's file, or another host's, is left alone."""
-    pattern = re.compile(rf"\.{re.escape(path.name)}\.{_HOST}-(\d+)-[^/]*\.tmp")
-    for tmp in path.parent.glob(f".{glob.escape(path.name)}.{_HOST}-*.tmp"):
-        found = pattern.fullmatch(tmp.name)
-        if found and not _alive(int(found.group(1))):
-            tmp.unlink(missing_ok=True)
-
-
-def _atomic(path: Path, write: Callable[[IO[bytes]], None], mode: int | None = None) -> None:
-    """Write ``path`` through a temporary file renamed over it; ``mode``: its permission
-    bits (default: :func:`file_mode` of its folder)."""
-    make_folder(path.parent)
-    mode = file_mode(path.parent) if mode is None else mode
-    _remove_dead_writers(path)
-    prefix = f".{path.name}.{_HOST}-{os.getpid()}-"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except OSError as err:
-        Path(tmp).unlink(missing_ok=True)
-        if err.filename is None:  # a write's error names no file: name the one written
-            raise OSError(err.errno, err.strerror, str(path)) from err
-        raise
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _mapping(data: Any, path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise FedkitError(f"{path} is corrupt: it holds a {type(data).__name__}, not a mapping")
     return data
-
-
-def write_text(path: Path, text: str) -> None:
-    _atomic(Path(path), lambda fh: fh.write(text.encode()))
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -141,7 +58,7 @@ class ResultsWriter:
     def write_json(self, path: Path, results: Mapping[str, Any]) -> None:
         """Write ``results`` to ``path`` atomically, as :func:`write_json` would."""
         parts = self.pieces(results)
-        _atomic(Path(path), lambda fh: fh.writelines(parts))
+        write_atomic(Path(path), lambda fh: fh.writelines(parts))
 
     def pieces(self, results: Mapping[str, Any]) -> list[bytes]:
         """The bytes of ``json.dumps(results, indent=2) + "\\n"``, in pieces."""
@@ -167,19 +84,6 @@ def _dumps(value: Any, level: int) -> bytes:
     JSON text holds no other line breaks: those in strings are escaped)."""
     text = json.dumps(value, indent=2, sort_keys=False, default=_jsonable)
     return text.replace("\n", "\n" + "  " * level).encode("ascii")
-
-
-def write_torch(path: Path, obj: Any, mode: int | None = None) -> None:
-    """Save ``obj`` atomically; ``mode``: the file's permission bits (default: as
-    :func:`file_mode` of its folder)."""
-    import torch
-
-    try:  # unbuffered: a full disk raises its OSError inside torch.save, which passes it on
-        _atomic(Path(path), lambda fh: torch.save(obj, fh.raw), mode)
-    except RuntimeError as err:  # torch's own failures of the writer
-        raise OSError(
-            errno.EIO, f"could not write ({str(err)[:200]}); is the disk full?", str(path)
-        ) from err
 
 
 def _jsonable(value: Any) -> Any:
@@ -240,16 +144,6 @@ def only_new_defaults(
     a, b = _flat(old), _flat(new)
     changed = [k for k in a.keys() | b.keys() if a.get(k, "-") != b.get(k, "-")]
     return all(k not in a and k in defaults and b.get(k) == defaults[k] for k in changed)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
 
 
 class RunDir:
@@ -462,7 +356,9 @@ class RunDir:
     def _break_stale(self) -> None:
         holder = self._holder()
         pid, host = holder.get("pid"), holder.get("host")
-        if not holder or (host == socket.gethostname() and isinstance(pid, int) and _alive(pid)):
+        if not holder or (
+            host == socket.gethostname() and isinstance(pid, int) and process_alive(pid)
+        ):
             return
         if host != socket.gethostname():
             self._refuse(holder)

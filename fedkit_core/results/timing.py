@@ -245,8 +245,8 @@ def write_target(
 ) -> None:
     """The time-to-target table after the others in ``out/compare.md``, and the figure
     ``out/compare-time`` (in ``formats``)."""
-    from fedkit_core.results.compare import rows_markdown
-    from fedkit_core.results.store import write_text
+    from fedkit_core.fileio import write_text
+    from fedkit_core.results.tables import rows_markdown
 
     md = out / "compare.md"
     before = md.read_text(encoding="utf-8") if md.is_file() else ""

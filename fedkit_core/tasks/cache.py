@@ -26,7 +26,7 @@ import torch
 
 from fedkit_core.contract.data import Normalizer, Split, TaskData
 from fedkit_core.contract.options import Option
-from fedkit_core.results.store import FILE_MODE, write_torch
+from fedkit_core.fileio import FILE_MODE, write_torch
 from fedkit_core.tasks.files import warn
 from fedkit_core.tasks.normalize import fit_normalizer
 

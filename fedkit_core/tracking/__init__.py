@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedkit_core.engines.server import Observer
+from fedkit_core.contract.observer import Observer
 from fedkit_core.errors import FedkitError
 from fedkit_core.tracking.base import Tracker
 

@@ -11,7 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from fedkit_core import extras
-from fedkit_core.engines.server import Observer
+from fedkit_core.contract.observer import Observer
 from fedkit_core.results.schema import has_test
 from fedkit_core.results.store import RunDir
 

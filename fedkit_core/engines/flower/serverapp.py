@@ -21,12 +21,13 @@ from flwr.serverapp import Grid
 from fedkit_core.config import Config
 from fedkit_core.contract.data import TaskInfo
 from fedkit_core.contract.messages import Message
+from fedkit_core.contract.observer import Observer
 from fedkit_core.engines.driver import drive
 from fedkit_core.engines.flower.node import CONFIG_KEY, OUT_KEY, TASK_KEY
 from fedkit_core.engines.flower.packing import pack, unpack
 from fedkit_core.engines.flower.records import MESSAGE_TYPES, from_records, to_records
 from fedkit_core.engines.flower.warm import retry_object_pulls_sooner
-from fedkit_core.engines.server import Observer, Server
+from fedkit_core.engines.server import Server
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import pick_device
 from fedkit_core.plugins import PluginSet

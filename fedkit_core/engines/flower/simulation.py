@@ -44,9 +44,9 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
 
 from fedkit_core.config import Config
+from fedkit_core.contract.observer import Observer
 from fedkit_core.engines.flower.node import Source, make_client_app
 from fedkit_core.engines.flower.serverapp import serve
-from fedkit_core.engines.server import Observer
 from fedkit_core.engines.workers import cpu_cores
 from fedkit_core.errors import FedkitError, failure_text
 from fedkit_core.federation import prepare

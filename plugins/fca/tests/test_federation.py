@@ -15,7 +15,7 @@ from sklearn.metrics import balanced_accuracy_score, roc_auc_score
 
 from fedkit_core import hookimpl, resume, run
 from fedkit_core.engines.checkpoint import ClientCheckpoints, ServerCheckpoints
-from fedkit_core.engines.client import build_model
+from fedkit_core.engines.model import build_model
 from fedkit_core.errors import ClientFailure
 from fedkit_core.federation import prepare
 from fedkit_core.plugin import ClientContext

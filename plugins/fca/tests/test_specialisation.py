@@ -10,7 +10,7 @@ import torch
 from sklearn.metrics import balanced_accuracy_score
 
 from fedkit_core import hookimpl, run
-from fedkit_core.engines.client import build_model
+from fedkit_core.engines.model import build_model
 from fedkit_core.federation import prepare
 from fedkit_core.plugin import ClientContext
 from fedkit_core.resolve import resolve_config

@@ -1,0 +1,32 @@
+"""A party's model: the one builder plugin, then every plugin's extension, then the config.
+
+The server builds the global model and each client its own the same way, so this sits
+below both (:mod:`fedkit_core.engines.client`, :mod:`fedkit_core.engines.server`).
+"""
+
+from __future__ import annotations
+
+from fedkit_core.contract.context import ClientContext, ServerContext
+from fedkit_core.errors import FedkitError
+from fedkit_core.models.fedmodel import FedModel
+from fedkit_core.plugins import PluginSet
+from fedkit_core.privacy.sample_level import prepare_model
+
+
+def build_model(plugins: PluginSet, ctx: ServerContext | ClientContext) -> FedModel:
+    """The model for one party: the exclusive builder, then every plugin's extension, then
+    the ``freeze`` config key (:meth:`FedModel.freeze`) and the ``bn`` policy (``local``:
+    every batch-norm layer private)."""
+    model = plugins.hook.fedkit_build_model(ctx=ctx)
+    if not isinstance(model, FedModel):
+        raise FedkitError(f"fedkit_build_model returned {type(model).__name__}, not a FedModel")
+    plugins.hook.fedkit_extend_model(model=model, ctx=ctx)
+    model = prepare_model(model, ctx.config)  # dp.level=sample: no batch norm
+    if ctx.config["freeze"]:
+        model.freeze(ctx.config["freeze"])
+    if ctx.config["bn"] == "local" and not model.keep_batch_norm_local():
+        raise FedkitError(
+            "bn=local keeps the batch-norm layers on the clients, but this model has none "
+            f"(model={ctx.config['model']}); use bn=average"
+        )
+    return model
