@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +23,29 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 #: the fenced block under this heading of docs/architecture.md is the layer table
 LAYERS_HEADING = "## Layers"
 
-#: Imports allowed to climb, each with why (importer, imported). Only lazy imports of the
-#: command line belong here: a command may import the modules it drives when it runs.
+#: Imports allowed to climb, each with why: {(importer, imported): reason}. Only lazy
+#: imports of the command line belong here (a command may import what it drives when it
+#: runs); today there are none: ``cli`` is the last layer, so its lazy imports all run down.
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
+
+#: Cycles closed only by an import inside a function (modules of one layer), each with why.
+#: A new one fails ``test_no_import_cycles``.
+KNOWN_LAZY_CYCLES: dict[frozenset[str], str] = {
+    frozenset({"fedkit_core.results.schema", "fedkit_core.results.store"}): (
+        "Results.load reads through RunDir, whose writer uses the schema's serialisers"
+    ),
+    frozenset({"fedkit_core.engines.local", "fedkit_core.engines.pooled"}): (
+        "the local engine hands pooled=true runs to the pooled reference, which reuses its "
+        "in-process transport"
+    ),
+    frozenset(
+        {
+            "fedkit_core.engines.flower.app",
+            "fedkit_core.engines.flower.serverapp",
+            "fedkit_core.engines.flower.warm",
+        }
+    ): "the Flower engine's warm path (being moved onto Flower's public API, issue 33)",
+}
 
 #: where an import is made
 MODULE, FUNCTION, TYPING = "module", "function", "typing"
@@ -79,7 +100,7 @@ def imports_of(path: Path, name: str, known: set[str]) -> list[Import]:
                 targets = [f"{module}.{a.name}" for a in child.names]
             for target in targets:
                 imported = known_prefix(target)
-                if imported and imported not in (name, "fedkit_core"):
+                if imported and imported != name:
                     found.append(Import(name, imported, inner, child.lineno))
             visit(child, inner)
 
@@ -254,7 +275,25 @@ def test_allowed_upward_imports_are_still_made():
 
 
 def test_no_import_cycles():
-    assert not cycles(graph(kinds=(MODULE, FUNCTION)))
+    assert not cycles(graph())  # at import time
+    lazy = [
+        c for c in cycles(graph(kinds=(MODULE, FUNCTION))) if frozenset(c) not in KNOWN_LAZY_CYCLES
+    ]
+    assert not lazy, f"import cycles closed by function-level imports: {lazy}"
+
+
+def test_the_plugin_api_loads_neither_engines_nor_results():
+    """``import fedkit_core.plugin`` (what every plugin does) stays below the engines'
+    client and server and the results layer."""
+    code = (
+        "import sys, fedkit_core.plugin; print(' '.join(m for m in sys.modules "
+        "if m.startswith(('fedkit_core.engines.client', 'fedkit_core.engines.server', "
+        "'fedkit_core.results', 'fedkit_core.api'))))"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT
+    ).stdout.split()
+    assert not found, f"importing fedkit_core.plugin loads {found}"
 
 
 def test_api_reaches_engines_only_through_the_registry():
