@@ -1,7 +1,7 @@
 """`fedkit compare`: the config layers each runspec gets."""
 
 from fedkit_core import comparison
-from fedkit_core.results import compare
+from fedkit_core.results import compare, markdown_table
 
 
 def test_plugin_keys_of_the_shared_config_and_sets_reach_only_runspecs_using_the_plugin(
@@ -42,7 +42,7 @@ def test_console_rows_put_runspecs_side_by_side():
 
 def test_markdown_table_scales_and_rounds():
     table = {"fca": {"G bacc": {"mean": 0.3625, "std": 0.019}}}
-    text = compare.markdown_table(table, ["G bacc"], scale=100.0, digits=1)
+    text = markdown_table(table, ["G bacc"], scale=100.0, digits=1)
     assert text.splitlines() == ["| runspec | G bacc |", "|---|---|", "| fca | 36.2 ± 1.9 |"]
 
 

@@ -13,7 +13,7 @@ from matplotlib.collections import PolyCollection
 from fedkit_core.cli import main
 from fedkit_core.errors import FedkitError
 from fedkit_core.resolve import resolve_config
-from fedkit_core.results import compare, plots
+from fedkit_core.results import compare, markdown_table, plots
 from fedkit_core.results.labels import chance_level
 from fedkit_core.results.store import config_hash, write_json
 from fedkit_core.testing import tiny
@@ -240,9 +240,9 @@ def test_compare_tables_have_readable_headers_notes_and_the_same_numbers(tmp_pat
 
 def test_markdown_table_keeps_its_signature_for_plugins():
     entry = {"mean": 0.5, "std": 0.25}
-    text = compare.markdown_table({"a_b": {"x": entry}}, ["x"], headers=["G bACC"], digits=2)
+    text = markdown_table({"a_b": {"x": entry}}, ["x"], headers=["G bACC"], digits=2)
     assert text.splitlines()[0] == "| runspec | G bACC |"
-    assert compare.markdown_table({"a": {"x": entry}}, ["x"], 100.0, 1).endswith("50.0 ± 25.0 |\n")
+    assert markdown_table({"a": {"x": entry}}, ["x"], 100.0, 1).endswith("50.0 ± 25.0 |\n")
 
 
 def test_report_overlay_goes_into_the_runs_folder(tmp_path, monkeypatch):
