@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-if TYPE_CHECKING:
-    from fedkit_core.engines.client import ClientRuntime
 from fedkit_core.errors import FedkitError
 from fedkit_core.fileio import write_torch
+
+if TYPE_CHECKING:
+    from fedkit_core.engines.client import ClientRuntime
 
 
 def client_snapshot(runtime: ClientRuntime) -> dict[str, Any]:
