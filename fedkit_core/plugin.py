@@ -25,14 +25,6 @@ from fedkit_core.engines.server import lr_at
 from fedkit_core.engines.snapshot import read_snapshot
 from fedkit_core.errors import FedkitError
 from fedkit_core.hookspecs import API_VERSION, Ask, hookimpl
-from fedkit_core.knowledge import (
-    Knowledge,
-    build_knowledge,
-    fit_images,
-    load_knowledge,
-    load_public,
-    save_knowledge,
-)
 from fedkit_core.losses import balanced_softmax_ce, dice_loss, log_prior
 from fedkit_core.losses.weight_maps import weight_map, weight_maps
 from fedkit_core.messages import Arrays, Payload, Reply, Scalar, Update
@@ -40,7 +32,6 @@ from fedkit_core.models import build_model
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.options import Option
 from fedkit_core.plugins import plugin_scope
-from fedkit_core.priors import FrozenEncoder, check_source, encoder_feature_dim, frozen_encoder
 from fedkit_core.privacy.channels import INDIVIDUAL, QUERY, REPORT, Channel
 from fedkit_core.results.compare import markdown_table
 from fedkit_core.tasks.base import CLASSIFICATION, SEGMENTATION, Batch, ClientInfo, TaskInfo
@@ -60,8 +51,6 @@ __all__ = [
     "Config",
     "FedModel",
     "FedkitError",
-    "FrozenEncoder",
-    "Knowledge",
     "Option",
     "Payload",
     "Reply",
@@ -71,24 +60,16 @@ __all__ = [
     "TaskInfo",
     "Update",
     "average_entry",
-    "build_knowledge",
     "build_model",
     "balanced_softmax_ce",
-    "check_source",
     "derive_seed",
     "dice_loss",
-    "encoder_feature_dim",
-    "fit_images",
-    "frozen_encoder",
     "hookimpl",
-    "load_knowledge",
-    "load_public",
     "log_prior",
     "lr_at",
     "markdown_table",
     "plugin_scope",
     "read_snapshot",
-    "save_knowledge",
     "weight_map",
     "weight_maps",
     "weighted_average",

