@@ -38,7 +38,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from fedkit_core.metrics.paired import paired_difference
-from fedkit_core.priors import frozen_encoder
+from fedkit_priors import frozen_encoder
 
 C_GRID = (1e-4, 1e-3, 0.01, 0.1, 1.0, 10.0)
 

@@ -146,13 +146,13 @@ def core_version() -> str:
 
 def install_hint(name: str) -> str:
     """The command installing the bundled plugin ``name`` from a checkout, with the extra
-    its defaults need (:data:`BUNDLED_EXTRAS`) and the bundled package it needs first
-    (:data:`BUNDLED_NEEDS`)."""
-    needs = f"-e {BUNDLED[BUNDLED_NEEDS[name]]} " if name in BUNDLED_NEEDS else ""
+    its defaults need (:data:`BUNDLED_EXTRAS`) and, in the same command, the bundled package
+    it needs (:data:`BUNDLED_NEEDS`)."""
+    needs = f" -e {BUNDLED[BUNDLED_NEEDS[name]]}" if name in BUNDLED_NEEDS else ""
     if name not in BUNDLED_EXTRAS:
-        return f"pip install {needs}-e {BUNDLED[name]}"
+        return f"pip install -e {BUNDLED[name]}{needs}"
     extra, why = BUNDLED_EXTRAS[name]
-    return f"pip install {needs}-e '{BUNDLED[name]}[{extra}]' ([{extra}]: {why})"
+    return f"pip install -e '{BUNDLED[name]}[{extra}]'{needs} ([{extra}]: {why})"
 
 
 def installed() -> dict[str, EntryPoint]:
