@@ -402,9 +402,9 @@ def fedkit_register_commands(cli: Any) -> None:
     ``cli`` is a ``typer.Typer`` app: add a command with ``@cli.command()`` or a group with
     ``cli.add_typer(app, name="prior")`` (fedkit-priors adds ``fedkit prior`` and ``fedkit
     knowledge`` so). The core's commands keep their names: a plugin command of the same name
-    is ignored with a warning. Import heavy libraries inside the command functions, so that
-    adding the command costs nothing; raise :class:`FedkitError` for a user error (one
-    message, exit code 2).
+    is ignored with a warning. Return nothing. Import heavy libraries inside the command
+    functions, so that adding the command costs nothing; raise :class:`FedkitError` for a
+    user error (one message, exit code 2).
     """
 
 
