@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from fedkit_priors import frozen_encoder
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import balanced_accuracy_score
 from sklearn.model_selection import StratifiedKFold, cross_val_score
@@ -38,7 +39,6 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from fedkit_core.metrics.paired import paired_difference
-from fedkit_core.priors import frozen_encoder
 
 C_GRID = (1e-4, 1e-3, 0.01, 0.1, 1.0, 10.0)
 

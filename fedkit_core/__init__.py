@@ -3,6 +3,11 @@
 The pieces a plugin author needs are importable from here: :data:`hookimpl`,
 :class:`Option`, :class:`Reply`, :class:`FedModel`, :class:`FedkitError`. The embedding API
 is :func:`run`, :func:`resume` and :class:`Results`.
+
+Companion packages that build on the core's pieces rather than its hooks (``fedkit-priors``:
+frozen encoders, knowledge files, pre-training) find them here too: the core's architectures
+(:class:`CifarResNet`, the offline EfficientNet-Lites), checkpoint reading, a user model's
+factory, task loading, ``--set`` parsing and the optional-library guard :func:`require`.
 """
 
 from __future__ import annotations
@@ -16,15 +21,28 @@ from fedkit_core.errors import FedkitError
 
 __all__ = [
     "API_VERSION",
+    "CIFAR_RESNETS",
+    "CifarResNet",
     "FedModel",
     "FedkitError",
+    "LITE",
+    "LITE_MEAN",
+    "LITE_STD",
     "Option",
     "Reply",
     "Results",
+    "build_backbone",
+    "build_lite",
     "hookimpl",
+    "load_factory",
+    "load_state_file",
+    "load_task",
+    "parse_sets",
+    "require",
     "resolve_config",
     "resume",
     "run",
+    "to_timm",
 ]
 
 _LAZY = {
@@ -34,6 +52,20 @@ _LAZY = {
     "Results": "fedkit_core.results.schema",
     "Reply": "fedkit_core.contract.messages",
     "FedModel": "fedkit_core.models.fedmodel",
+    # building blocks for companion packages (see the module docstring)
+    "CIFAR_RESNETS": "fedkit_core.models.networks",
+    "CifarResNet": "fedkit_core.models.networks",
+    "load_state_file": "fedkit_core.models.networks",
+    "LITE": "fedkit_core.models.imagenet",
+    "LITE_MEAN": "fedkit_core.models.imagenet",
+    "LITE_STD": "fedkit_core.models.imagenet",
+    "build_lite": "fedkit_core.models.imagenet",
+    "to_timm": "fedkit_core.models.imagenet",
+    "build_backbone": "fedkit_core.models",
+    "load_factory": "fedkit_core.models.user",
+    "load_task": "fedkit_core.tasks.loading",
+    "parse_sets": "fedkit_core.config",
+    "require": "fedkit_core.extras",
 }
 
 

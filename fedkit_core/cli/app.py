@@ -1,4 +1,6 @@
-"""The ``fedkit`` commands: run, resume, compare, report, plugins, tasks, data, prior."""
+"""The ``fedkit`` commands: run, resume, compare, report, plugins, tasks, data, config,
+flower; installed plugins add theirs (``fedkit_register_commands``, e.g. fedkit-priors'
+``prior`` and ``knowledge``)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ import typer
 
 from fedkit_core.cli import config_cmd
 from fedkit_core.cli.flower import flower_app
-from fedkit_core.cli.knowledge import knowledge_app
 from fedkit_core.cli.options import (
     ClientsOpt,
     ConfigOpt,
@@ -30,7 +31,7 @@ from fedkit_core.cli.options import (
     parse_formats,
     resume_hint,
 )
-from fedkit_core.cli.prior_cmd import prior_app
+from fedkit_core.cli.plugin_commands import PluginCommandsGroup
 from fedkit_core.config import load_yaml, parse_sets
 
 app = typer.Typer(
@@ -38,10 +39,9 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    cls=PluginCommandsGroup,
 )
 app.add_typer(flower_app, name="flower")
-app.add_typer(knowledge_app, name="knowledge")
-app.add_typer(prior_app, name="prior")
 
 
 @app.command()

@@ -390,6 +390,24 @@ def fedkit_summary(server: ServerContext, scopes: Mapping[str, Any]) -> Mapping[
     """
 
 
+# --------------------------------------------------------------------------- commands
+
+
+@hookspec
+def fedkit_register_commands(cli: Any) -> None:
+    """Add commands to the ``fedkit`` command line. Additive; called once per ``fedkit``
+    invocation that needs a command the core lacks (or lists them all, ``fedkit --help``),
+    for every installed plugin; never during a run.
+
+    ``cli`` is a ``typer.Typer`` app: add a command with ``@cli.command()`` or a group with
+    ``cli.add_typer(app, name="prior")`` (fedkit-priors adds ``fedkit prior`` and ``fedkit
+    knowledge`` so). The core's commands keep their names: a plugin command of the same name
+    is ignored with a warning. Return nothing. Import heavy libraries inside the command
+    functions, so that adding the command costs nothing; raise :class:`FedkitError` for a
+    user error (one message, exit code 2).
+    """
+
+
 #: Hooks where only one (non-built-in) plugin may provide the behaviour.
 EXCLUSIVE_HOOKS = tuple(
     name

@@ -5,7 +5,7 @@ Every batch a model or hook sees is normalised with the task's :class:`Normalize
 pretrained on ImageNet expects RGB images scaled as in its pretraining. :class:`PretrainedInput`
 bridges the two inside the model (so every method and engine gets it, plugins calling
 ``model.backbone`` directly included). It undoes the task's normalisation as the frozen
-priors of :mod:`fedkit_core.priors` do (:meth:`Normalizer.invert`).
+priors of the ``fedkit-priors`` package do (:meth:`Normalizer.invert`).
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def build_user_model(
 
 
 def _call_factory(name: str, task: TaskInfo) -> nn.Module:
-    factory = _load_factory(name)
+    factory = load_factory(name)
     try:
         net = factory(num_classes=task.num_classes, in_channels=task.in_channels)
     except Exception as err:
@@ -83,7 +83,7 @@ def _call_factory(name: str, task: TaskInfo) -> nn.Module:
     return net
 
 
-def _load_factory(name: str) -> Callable[..., object]:
+def load_factory(name: str) -> Callable[..., object]:
     """The callable named by ``module:attribute`` (the attribute may be dotted)."""
     module_name, _, attribute = name.partition(":")
     if not module_name or not attribute or ":" in attribute:

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 
 import torch
+from fedkit_priors import check_source, encoder_feature_dim, frozen_encoder
 from torch import nn
 
 from fedkit_core.plugin import (
@@ -23,10 +24,7 @@ from fedkit_core.plugin import (
     Channel,
     FedkitError,
     Option,
-    check_source,
     derive_seed,
-    encoder_feature_dim,
-    frozen_encoder,
     hookimpl,
     weighted_average,
 )

@@ -49,6 +49,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from fedkit_priors import build_knowledge, fit_images, load_knowledge, load_public, save_knowledge
 from torch import nn
 
 from fedkit_core.plugin import (
@@ -57,13 +58,8 @@ from fedkit_core.plugin import (
     Channel,
     FedkitError,
     Option,
-    build_knowledge,
     build_model,
-    fit_images,
     hookimpl,
-    load_knowledge,
-    load_public,
-    save_knowledge,
     weight_maps,
 )
 from fedkit_fedhelp import losses, roles

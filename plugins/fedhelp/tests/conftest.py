@@ -2,8 +2,7 @@
 
 import numpy as np
 import pytest
-
-from fedkit_core.plugin import Knowledge, save_knowledge
+from fedkit_priors import Knowledge, save_knowledge
 
 
 @pytest.fixture

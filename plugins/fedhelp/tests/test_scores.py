@@ -5,10 +5,11 @@ import fedkit_fedhelp.plugin as fh
 import numpy as np
 import pytest
 import torch
+from fedkit_priors import Knowledge, save_knowledge
 
 from fedkit_core import run
 from fedkit_core.engines.client import ClientRuntime
-from fedkit_core.plugin import Knowledge, hookimpl, save_knowledge
+from fedkit_core.plugin import hookimpl
 from fedkit_core.testing import tiny
 
 

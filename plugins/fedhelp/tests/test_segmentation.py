@@ -3,10 +3,10 @@ a large U-Net on the large client, only the small U-Net uploaded."""
 
 import numpy as np
 import pytest
+from fedkit_priors import Knowledge, save_knowledge
 
 from fedkit_core import run
 from fedkit_core.engines.client import ClientRuntime
-from fedkit_core.plugin import Knowledge, save_knowledge
 from fedkit_core.testing import tiny_seg
 
 

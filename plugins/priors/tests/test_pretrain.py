@@ -6,15 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from fedkit_priors.encoders import build_encoder, frozen_encoder
 
 from fedkit_core.cli import main
 from fedkit_core.errors import FedkitError
 from fedkit_core.models.networks import load_state_file
-from fedkit_core.priors import build_encoder, frozen_encoder
 
 pytest.importorskip("lightly")
 
-from fedkit_core.pretrain import PretrainSettings, load_images, pretrain  # noqa: E402
+from fedkit_priors.pretrain import PretrainSettings, load_images, pretrain  # noqa: E402
 
 
 def _pictures(n: int, size: int, channels: int, seed: int = 0) -> np.ndarray:

@@ -3,10 +3,7 @@
 import numpy as np
 import pytest
 import torch
-
-from fedkit_core.cli import main
-from fedkit_core.errors import FedkitError
-from fedkit_core.knowledge import (
+from fedkit_priors.knowledge import (
     Knowledge,
     PublicSet,
     api_agreement,
@@ -15,6 +12,9 @@ from fedkit_core.knowledge import (
     load_knowledge,
     load_public,
 )
+
+from fedkit_core.cli import main
+from fedkit_core.errors import FedkitError
 from fedkit_core.testing import shared_data
 
 WEIGHTS = "weights/cifar10_resnet"

@@ -11,7 +11,7 @@ source                   network, and the feature it returns
 ``cifar-resnet20`` ..110 fedkit's CIFAR ResNet (option-A shortcuts): 64-d pooled feature, 32 px
 ``efficientnet_lite0``..2 EfficientNet-Lite (timm's ``tf_efficientnet_lite*``): 1280-d pooled
                          feature; ``weights="imagenet"``: the offline ImageNet weights of the
-                         ``fedkit[pretrained]`` extra (:mod:`fedkit_core.models.imagenet`)
+                         ``fedkit[pretrained]`` extra (the core's ``LITE`` models)
 ``timm:<name>``          a timm model built with ``num_classes=0``: its pooled feature
 ``torchvision:<name>``   a torchvision classifier with its last layer (``fc``, ``classifier``,
                          ``heads`` or ``head``) removed: e.g. 2048-d for ``resnet50``
@@ -40,17 +40,25 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import urlparse
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedkit_core.contract.data import Normalizer
-from fedkit_core.errors import FedkitError
-from fedkit_core.extras import require
-from fedkit_core.models.imagenet import LITE, LITE_MEAN, LITE_STD, build_lite, to_timm
-from fedkit_core.models.networks import CIFAR_RESNETS, CifarResNet, load_state_file
+from fedkit_core import (
+    CIFAR_RESNETS,
+    LITE,
+    LITE_MEAN,
+    LITE_STD,
+    CifarResNet,
+    FedkitError,
+    build_lite,
+    load_state_file,
+    require,
+    to_timm,
+)
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -62,6 +70,12 @@ SOURCES_HELP = (
 #: ``weights`` naming the offline ImageNet weights of an EfficientNet-Lite source
 IMAGENET = "imagenet"
 _HEAD_NAMES = ("fc", "classifier", "heads", "head")
+
+
+class Normalizer(Protocol):
+    """A task's normaliser as hooks get it (``client.normalizer``): what it can undo."""
+
+    def invert(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
 class FrozenEncoder(nn.Module):

@@ -26,7 +26,7 @@ API specs (``--api``), one per API, for a classification public set:
 ``open_clip:<name>@TAG_OR_FILE`` zero-shot CLIP with the prompts ``a photo of a <class>.``
                                  over the public set's class names
 ``probe:<source>@FILE``          a frozen pretrained encoder (a prior source of
-                                 :mod:`fedkit_core.priors`: ``cifar-resnet56``,
+                                 :mod:`fedkit_priors.encoders`: ``cifar-resnet56``,
                                  ``timm:<name>``, ``torchvision:<name>``, with its
                                  checkpoint) and a linear probe fitted on the public set's
                                  labelled probe split, which is held out from the public
@@ -72,10 +72,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedkit_core.errors import FedkitError
-from fedkit_core.extras import require
-from fedkit_core.models.networks import CIFAR_RESNETS, CifarResNet, load_state_file
-from fedkit_core.priors import (
+from fedkit_core import CIFAR_RESNETS, CifarResNet, FedkitError, load_state_file, require
+from fedkit_priors.encoders import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     FrozenEncoder,
@@ -157,9 +155,7 @@ def load_public(
     ``probe_splits`` (``val``, ``test``) are pooled into ``PublicSet.probe``, the labelled
     data the ``probe:`` APIs fit on: never the training split, whose samples are the public
     set (a task without a val split carves it from train, ``task.val_fraction``)."""
-    from fedkit_core.config import parse_sets
-    from fedkit_core.resolve import resolve_config
-    from fedkit_core.tasks.loading import load_task
+    from fedkit_core import load_task, parse_sets, resolve_config
 
     values: dict = {"task.name": source}
     if source.endswith(".npz"):
@@ -378,7 +374,7 @@ def _probe_encoder(source: str) -> FrozenEncoder:
     core model builder's pretrained backbone (``model:<name>``, ImageNet normalisation at
     the size of the timm model's pretrained config, 224 px by default)."""
     if source.startswith("model:"):
-        from fedkit_core.models import build_backbone
+        from fedkit_core import build_backbone
 
         name = source[len("model:") :]
         net, dim = build_backbone(name, 3, pretrained=True)
@@ -572,11 +568,11 @@ def _segmenter(spec: str, public: PublicSet) -> nn.Module:
             raise FedkitError(f"API {spec!r}: {rest} holds a {type(net).__name__}, not a model")
         return net
     if kind == "user":
-        from fedkit_core.models.user import _load_factory
+        from fedkit_core import load_factory
 
         name, weights = _split_weights(rest)
         channels = public.images.shape[-1]
-        net = _load_factory(name)(num_classes=len(public.classes), in_channels=channels)
+        net = load_factory(name)(num_classes=len(public.classes), in_channels=channels)
         if not isinstance(net, nn.Module):
             raise FedkitError(f"API {spec!r}: the factory returned no torch model")
         load_matching(net, load_state_file(weights), spec)

@@ -3,10 +3,10 @@ pretrain``).
 
 Fed-MAS needs a frozen encoder whose features separate the clients' classes; the offline
 CIFAR-10 classifier does not (``docs/priors.md``). This trains one of the priors'
-architectures (:func:`fedkit_core.priors.build_encoder`) with SimCLR or MoCo-v2 from the
+architectures (:func:`fedkit_priors.encoders.build_encoder`) with SimCLR or MoCo-v2 from the
 maintained ``lightly`` library (its losses, projection heads, momentum update and
 augmentations; nothing hand-written) on images that are **not** the clients' data, and
-writes a checkpoint that :func:`fedkit_core.priors.frozen_encoder` loads as it is.
+writes a checkpoint that :func:`fedkit_priors.frozen_encoder` loads as it is.
 
 Images come from MedMNIST-style ``.npz`` files (``train_images``), segmentation ``.npz``
 files (``images``), folders of image files, or a fedkit task's pooled training split. The
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedkit_core.errors import FedkitError
+from fedkit_core import FedkitError
 
 METHODS = ("simclr", "moco")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
@@ -176,7 +176,7 @@ def pretrain(
     from lightly.transforms import MoCoV2Transform, SimCLRTransform
     from lightly.utils.scheduler import cosine_schedule
 
-    from fedkit_core.priors import build_encoder
+    from fedkit_priors.encoders import build_encoder
 
     if settings.method not in METHODS:
         raise FedkitError(f"unknown method {settings.method!r}: use {' or '.join(METHODS)}")

