@@ -250,6 +250,12 @@ class ClientSide:
         context.state = state
         return FlowerMessage(content, reply_to=message)
 
+    def close(self) -> None:
+        """End this process's isolated worker, if any (the run is over)."""
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
     def _answer_request(self, request: tuple[str, RecordDict, Context]) -> tuple[Any, Any]:
         """In the isolated worker: the reply content and the context state after it."""
         message_type, content, context = request

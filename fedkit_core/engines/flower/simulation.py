@@ -85,11 +85,12 @@ def simulate(
         # process may use (Ray would count the machine's)
         "init_args": {"address": "local", "num_cpus": cpu_cores()},
     }
+    client_app = make_client_app(source)
     with _backend(in_process) as name, _quiet_flower():
         try:
             run_simulation(
                 server_app,
-                make_client_app(source),
+                client_app,
                 num_supernodes=nodes,
                 backend_name=name,
                 backend_config=backend_config,
@@ -97,6 +98,8 @@ def simulate(
         except RuntimeError as err:  # the runtime wraps the ServerApp's exception
             cause = err.__cause__
             raise (cause if isinstance(cause, FedkitError) else err) from None
+        finally:
+            client_app.fedkit_side.close()  # an isolated worker of the thread backend's
     if "results" not in outcome:
         raise FedkitError("the Flower simulation ended without results (see the log above)")
     return outcome["results"]
