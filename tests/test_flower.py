@@ -524,7 +524,9 @@ def test_loopback_deployment_gives_the_local_results_and_leaves_no_process(tmp_p
     tries: registering its key or unregistering a hospital's node (on either address),
     listing or submitting runs on the SuperNodes' address, joining with its SuperNode. One
     client raises in round 1 and another's ClientApp process exits in round 2: each retry
-    (client_retries=1) heals it, so the results are still the local engine's."""
+    (client_retries=1) heals it, so the results are still the local engine's. The nodes are
+    Flower's own ``flower-supernode`` (the public path); with ``client_timeout`` set the
+    ClientApp answers in an isolated worker, which turns the exit into a failed reply."""
     marker = f"FEDKIT_TEST_RUN={uuid.uuid4().hex}"  # tells this run's processes from others'
     out = tmp_path / "deployed"
     attempts = tmp_path / "attempts"
@@ -541,6 +543,7 @@ def test_loopback_deployment_gives_the_local_results_and_leaves_no_process(tmp_p
     }
     faults = ["--plugin", "test-faults", "--set", "test-faults.faults=[raise:site1:1,exit:site0:2]"]
     faults += ["--set", f"test-faults.dir={attempts}", "--set", "client_retries=1"]
+    faults += ["--set", "client_timeout=300"]
     script = REPO_ROOT / "examples" / "flower" / "deploy_local.sh"
     done = subprocess.run(
         ["bash", str(script), str(out), "-q", *faults],
@@ -594,7 +597,8 @@ def test_loopback_deployment_with_a_slow_node_runs_fedbuff_without_waiting_for_i
     """Three SuperNodes, one of which sleeps 5 s before each fit. Synchronous rounds wait for
     it; FedBuff keeps the fast nodes training and takes the slow node's updates, stale, when
     they come. Wall times are printed (benchmarks/async_deployment.py measures them), not
-    asserted: what is checked is that the fast nodes did not wait."""
+    asserted: what is checked is that the fast nodes did not wait. The nodes run with the
+    fast layer (warm SuperNodes, flower.fast)."""
     marker = f"FEDKIT_TEST_RUN={uuid.uuid4().hex}"
     plugin = Path(__file__).parent / "fault_plugin"
     env = {
@@ -604,8 +608,10 @@ def test_loopback_deployment_with_a_slow_node_runs_fedbuff_without_waiting_for_i
             [str(plugin), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
         ),
         "FEDKIT_TEST_RUN": marker.split("=", 1)[1],
+        "SUPERNODE_ARGS": "--warm",
     }
     slow = ["--plugin", "test-faults", "--set", "test-faults.slow=[site2:5]"]
+    slow += ["--set", "flower.fast=true"]
     slow += ["--rounds", "3", "--set", "eval_every=3"]
     script = REPO_ROOT / "examples" / "flower" / "deploy_local.sh"
     results = {}
