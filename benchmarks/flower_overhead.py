@@ -1,5 +1,6 @@
 """Flower engine overhead: the same job on the local engine, in Flower's simulation runtime
-(thread and Ray backends) and through a loopback deployment (SuperLink + 3 SuperNodes).
+(Flower's Ray backend, the public path; the fast layer's thread backend) and through a
+loopback deployment (SuperLink + 3 SuperNodes).
 
 Each variant runs in its own process tree; the variants alternate, ``--repeats`` times (a
 load that changes over time hits every variant alike). Printed per variant:
@@ -19,11 +20,13 @@ load that changes over time hits every variant alike). Printed per variant:
 
 Every variant runs with ``OMP_NUM_THREADS=1`` (unless set), as Ray's workers do.
 
-The deployment runs with fedkit's warm SuperNodes (the default), and with ``--no-warm`` too
-when asked (``--plain``: Flower's own fresh ``flwr-clientapp`` process per message and
-0.5-3 s polls, fedkit's former behaviour). ``--baseline DIR`` also runs the deployment of
-another fedkit checkout (e.g. ``git worktree add --detach DIR main``), alternating with this
-one's, to measure a change before and after in one command under the same load.
+The deployment runs with the fast layer (``fedkit flower supernode --warm`` and
+``flower.fast=true``: fedkit's warm SuperNodes and the ServerApp's sooner object pulls), and
+on the public path too when asked (``--plain``: Flower's own ``flower-supernode``, a fresh
+``flwr-clientapp`` process per message, 0.5-3 s polls). ``--baseline DIR`` also runs the
+deployment of another fedkit checkout (e.g. ``git worktree add --detach DIR main``; with its
+own defaults), alternating with this one's, to measure a change before and after in one
+command under the same load.
 
 ``--set KEY=VALUE`` (repeatable) sets a config key in every variant (e.g.
 ``eval_with_fit=off``).
@@ -122,7 +125,9 @@ def main() -> None:
     parser.add_argument("--plugin", action="append", default=[])
     parser.add_argument("--skip-deploy", action="store_true")
     parser.add_argument("--skip-simulation", action="store_true", help="no simulation runs")
-    parser.add_argument("--plain", action="store_true", help="also deploy with --no-warm")
+    parser.add_argument(
+        "--plain", action="store_true", help="also deploy on the public path (no fast layer)"
+    )
     parser.add_argument(
         "--baseline", type=Path, help="also deploy with the fedkit checkout in this folder"
     )
@@ -143,9 +148,9 @@ def main() -> None:
         "local": ([*fedkit, "run", "--engine", "local", *common, "--out"], [], env, ROOT),
     }
     if not args.skip_simulation:
-        for backend in ("thread", "ray"):
+        for backend, label in (("ray", "public: ray"), ("thread", "fast: thread")):
             head = [*fedkit, "run", "--engine", "flower", "--set", f"flower.backend={backend}"]
-            variants[f"flower simulation ({backend})"] = ([*head, *common, "--out"], [], env, ROOT)
+            variants[f"flower simulation ({label})"] = ([*head, *common, "--out"], [], env, ROOT)
     if not args.skip_deploy:
         if args.baseline is not None:
             base_root = args.baseline.resolve()
@@ -155,14 +160,14 @@ def main() -> None:
                 {**checkout_env(base_root), "PYTHON": sys.executable, "SUPERNODE_ARGS": ""},
                 base_root,
             )
-        variants["flower deployment (warm, 3 SuperNodes)"] = (
+        variants["flower deployment (fast: warm, 3 SuperNodes)"] = (
             script,
-            extra,
-            {**deploy_env, "SUPERNODE_ARGS": ""},
+            [*extra, "--set", "flower.fast=true"],
+            {**deploy_env, "SUPERNODE_ARGS": "--warm"},
             ROOT,
         )
         if args.plain:
-            variants["flower deployment (--no-warm, 3 SuperNodes)"] = (
+            variants["flower deployment (public, 3 SuperNodes)"] = (
                 script,
                 extra,
                 {**deploy_env, "SUPERNODE_ARGS": "--no-warm"},

@@ -75,14 +75,28 @@ def test_a_supernode_authenticates_with_its_key(executed, certs):
     assert main([*args, "--insecure", "--auth-key", str(certs / "absent")]) == 2
 
 
-def test_a_supernode_is_warm_unless_told_otherwise(executed):
-    """Warm: Flower's SuperNode run by fedkit's wrapper (long-lived ClientApp executor,
-    short polls); --no-warm: Flower's own executable, as before."""
+def test_a_supernode_is_flowers_own_unless_warm_is_asked_for(executed):
+    """Default: Flower's own flower-supernode (the public path); --warm: Flower's SuperNode
+    run by fedkit's wrapper (the fast layer: long-lived ClientApp executor, short polls)."""
     args = ["flower", "supernode", "--superlink", "h:1", "--partition-id", "0", "--insecure"]
-    assert main(args) == 0 and main([*args, "--no-warm"]) == 0
-    warm, plain = executed
+    assert main(args) == 0 and main([*args, "--warm"]) == 0
+    plain, warm = executed
     assert warm[1:3] == ["-m", "fedkit_core.engines.flower.warm"]
     assert warm[3:] == plain[1:] and plain[0].endswith("flower-supernode")
+
+
+def test_a_warm_supernode_on_another_flower_is_flowers_own_with_a_warning(
+    executed, monkeypatch, caplog
+):
+    from fedkit_core.engines.flower import fast
+
+    monkeypatch.setattr(fast, "flower_version", lambda: "1.43.0")
+    monkeypatch.setattr(fast, "_warned", False)
+    args = ["flower", "supernode", "--superlink", "h:1", "--partition-id", "0", "--insecure"]
+    with caplog.at_level("WARNING", logger="fedkit"):
+        assert main([*args, "--warm"]) == 0
+    assert executed[0][0].endswith("flower-supernode")
+    assert len([r for r in caplog.records if "fast layer" in r.getMessage()]) == 1
 
 
 # ---------------------------------------------------------------------- the SuperLink's gate

@@ -1,10 +1,11 @@
 """The Flower engine gives the local engine's results, keeps client state in Flower's context,
 carries extra round trips as Flower messages, survives failing clients and resumes runs.
 
-Most runs use the ``thread`` backend (Flower's simulation runtime without Ray: fast and in
-this process, so throwaway plugins work); the loopback deployment is exercised by a test
-marked ``slow``, the Ray backend by one in test_flower_faults.py (its faulty run, healed by
-retries, gives the local engine's results).
+Most runs use the ``thread`` backend (the fast layer's: Flower's simulation runtime without
+Ray, fast and in this process, so throwaway plugins work); the public path (Flower's Ray
+backend) and the loopback deployment are exercised by tests marked ``slow``, the Ray backend
+also by one in test_flower_faults.py (its faulty run, healed by retries, gives the local
+engine's results).
 """
 
 from __future__ import annotations
@@ -318,17 +319,65 @@ def test_aggregation_modes_in_simulated_time_give_the_local_engines_results(mode
     assert local["events"] == simulated["events"]
 
 
-def test_a_ray_worker_unpickles_the_client_app_once_per_run():
-    # Ray pickles a call's arguments (Flower's app_fn among them) for every message; the
-    # worker must keep one ClientApp (and its clients and data) for the run, not one a message
+def test_a_ray_worker_unpickles_the_client_app_into_one_client_side_per_run():
+    # Flower's Ray backend pickles the ClientApp with every message; a worker must keep one
+    # ClientSide (and its clients and data) for the run, not one a message
     cloudpickle = pytest.importorskip("ray.cloudpickle")
-    from fedkit_core.engines.flower.simulation import WorkerApp
+    app = node_module.make_client_app(node_module.Source(threads=torch.get_num_threads()))
+    first = cloudpickle.loads(cloudpickle.dumps(app)).fedkit_side  # what each Ray call does
+    again = cloudpickle.loads(cloudpickle.dumps(app)).fedkit_side
+    assert first is again and first is not app.fedkit_side
+    assert first.token == app.fedkit_side.token
+    other = node_module.make_client_app(node_module.Source())  # another run
+    assert cloudpickle.loads(cloudpickle.dumps(other)).fedkit_side is not first
 
-    run_app = WorkerApp(lambda: node_module.make_client_app(node_module.Source()))
-    first = cloudpickle.loads(cloudpickle.dumps(run_app))()  # what each Ray call does
-    again = cloudpickle.loads(cloudpickle.dumps(run_app))()
-    assert first is again and first.fedkit_side is again.fedkit_side
-    assert WorkerApp(lambda: node_module.make_client_app())() is not first  # another run
+
+# ---------------------------------------------------------------------- the fast layer
+
+
+def test_the_fast_layer_is_written_for_flower_1_41_and_1_42_only():
+    from fedkit_core.engines.flower.fast import supported
+
+    assert supported("1.41.0") and supported("1.42.0") and supported("1.42.3")
+    assert not supported("1.43.0") and not supported("1.40.1") and not supported("none")
+
+
+def test_the_fast_layer_switches_off_with_one_warning_on_another_flower(monkeypatch, caplog):
+    from fedkit_core.engines.flower import fast
+
+    monkeypatch.setattr(fast, "flower_version", lambda: "1.43.0")
+    monkeypatch.setattr(fast, "_warned", False)
+    with caplog.at_level("WARNING", logger="fedkit"):
+        assert not fast.fast_layer("flower.backend=thread")
+        assert not fast.fast_layer("flower.fast")
+        assert not fast.fast_layer("flower.backend=thread")
+    (record,) = [r for r in caplog.records if "fast layer" in r.getMessage()]
+    assert "flwr 1.43.0" in record.getMessage() and "1.41 and 1.42" in record.getMessage()
+    monkeypatch.setattr(fast, "flower_version", lambda: "1.42.0")
+    assert fast.fast_layer("flower.backend=thread")
+
+
+@pytest.mark.slow
+def test_thread_backend_on_another_flower_runs_the_public_path_to_the_same_results(
+    monkeypatch, caplog
+):
+    """On a Flower release the fast layer was not written for, ``flower.backend=thread``
+    falls back to Flower's own Ray backend (public API only), with one warning, and the
+    run gives the local engine's results."""
+    pytest.importorskip("ray")
+    from fedkit_core.engines.flower import fast
+
+    monkeypatch.setattr(fast, "flower_version", lambda: "1.43.0")
+    monkeypatch.setattr(fast, "_warned", False)
+    used = []
+    monkeypatch.setattr(fast, "thread_backend", lambda: used.append("thread"))
+    config = tiny(rounds=2)
+    with caplog.at_level("WARNING", logger="fedkit"):
+        public = run(flower(config))
+    assert used == []  # Flower's Ray backend ran the ClientApps
+    warned = [r for r in caplog.records if "fast layer" in r.getMessage()]
+    assert len(warned) == 1
+    assert_same_results(run(config), public)
 
 
 def test_waiting_for_missing_supernodes_fails_clearly():
@@ -475,7 +524,9 @@ def test_loopback_deployment_gives_the_local_results_and_leaves_no_process(tmp_p
     tries: registering its key or unregistering a hospital's node (on either address),
     listing or submitting runs on the SuperNodes' address, joining with its SuperNode. One
     client raises in round 1 and another's ClientApp process exits in round 2: each retry
-    (client_retries=1) heals it, so the results are still the local engine's."""
+    (client_retries=1) heals it, so the results are still the local engine's. The nodes are
+    Flower's own ``flower-supernode`` (the public path); with ``client_timeout`` set the
+    ClientApp answers in an isolated worker, which turns the exit into a failed reply."""
     marker = f"FEDKIT_TEST_RUN={uuid.uuid4().hex}"  # tells this run's processes from others'
     out = tmp_path / "deployed"
     attempts = tmp_path / "attempts"
@@ -492,6 +543,7 @@ def test_loopback_deployment_gives_the_local_results_and_leaves_no_process(tmp_p
     }
     faults = ["--plugin", "test-faults", "--set", "test-faults.faults=[raise:site1:1,exit:site0:2]"]
     faults += ["--set", f"test-faults.dir={attempts}", "--set", "client_retries=1"]
+    faults += ["--set", "client_timeout=300"]
     script = REPO_ROOT / "examples" / "flower" / "deploy_local.sh"
     done = subprocess.run(
         ["bash", str(script), str(out), "-q", *faults],
@@ -545,7 +597,8 @@ def test_loopback_deployment_with_a_slow_node_runs_fedbuff_without_waiting_for_i
     """Three SuperNodes, one of which sleeps 5 s before each fit. Synchronous rounds wait for
     it; FedBuff keeps the fast nodes training and takes the slow node's updates, stale, when
     they come. Wall times are printed (benchmarks/async_deployment.py measures them), not
-    asserted: what is checked is that the fast nodes did not wait."""
+    asserted: what is checked is that the fast nodes did not wait. The nodes run with the
+    fast layer (warm SuperNodes, flower.fast)."""
     marker = f"FEDKIT_TEST_RUN={uuid.uuid4().hex}"
     plugin = Path(__file__).parent / "fault_plugin"
     env = {
@@ -555,8 +608,10 @@ def test_loopback_deployment_with_a_slow_node_runs_fedbuff_without_waiting_for_i
             [str(plugin), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
         ),
         "FEDKIT_TEST_RUN": marker.split("=", 1)[1],
+        "SUPERNODE_ARGS": "--warm",
     }
     slow = ["--plugin", "test-faults", "--set", "test-faults.slow=[site2:5]"]
+    slow += ["--set", "flower.fast=true"]
     slow += ["--rounds", "3", "--set", "eval_every=3"]
     script = REPO_ROOT / "examples" / "flower" / "deploy_local.sh"
     results = {}

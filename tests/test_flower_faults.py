@@ -173,8 +173,8 @@ def _deployed_node(monkeypatch):
 
 
 def test_a_deployed_node_answers_a_hung_or_exited_client_as_failed(monkeypatch):
-    """Messages run in a forked child kept from one message to the next: its reply and
-    state come back; a child that hangs past client_timeout is killed, one that exits is
+    """With client_timeout, messages run in an isolated worker (a forked child) kept from
+    one message to the next: its reply and state come back; a child that hangs past client_timeout is killed, one that exits is
     noticed, the state is kept, and the next message gets a new child."""
     threads = torch.get_num_threads()
     torch.set_num_threads(2)  # the parent has an OpenMP team (a warm node has used torch)
@@ -195,14 +195,13 @@ def test_a_deployed_node_answers_a_hung_or_exited_client_as_failed(monkeypatch):
         assert after.error is None and state == {"v": 2}
         assert after.scalars["pid"] != child  # a new child after the killed one
         reply, state = send("die")
-        assert reply.error == "the client's process exited (status 3)" and state == {"v": 1}
+        assert reply.error == "the client's process exited (exit code 3)" and state == {"v": 1}
         last, _ = send("fine")
         assert last.error is None
     finally:
         torch.set_num_threads(threads)
-        if side.worker is not None:  # closing our end of the pipe ends the child
-            side.worker.conn.close()
-            os.waitpid(side.worker.pid, 0)
+        if side.worker is not None:
+            side.worker.close()
 
 
 def test_flower_timeout_is_gone_in_favour_of_client_timeout():

@@ -123,12 +123,15 @@ def supernode(
         "`flwr supernode register`), needed when the SuperLink authenticates nodes",
     ),
     warm: bool = typer.Option(
-        True,
+        False,
         "--warm/--no-warm",
-        help="run the ClientApp in one long-lived executor (data and client kept; each "
-        "message answered in a fork of it), wake-ups instead of polls on the node, idle "
-        "polls of the SuperLink backing off to 1 s (default); --no-warm: "
-        "Flower's fresh flwr-clientapp process per message and 0.5-3 s polls",
+        help="fedkit's fast layer (Flower internals, written for Flower 1.41 and 1.42; on "
+        "another release Flower's plain SuperNode, with a warning): the ClientApp in one "
+        "long-lived executor (data and client kept; each message answered in a worker "
+        "forked from it), wake-ups instead of polls on the node, idle polls of the "
+        "SuperLink backing off to 1 s; pair with `--set flower.fast=true` on submit. "
+        "Default (--no-warm): Flower's own flower-supernode, a fresh flwr-clientapp "
+        "process per message",
     ),
 ) -> None:
     """Start a SuperNode (on a site, next to its data). Runs until stopped.
@@ -136,10 +139,12 @@ def supernode(
     Arguments after ``--`` go to flower-supernode (e.g. ``-- --trusted-entities FILE``).
     """
     from fedkit_core.engines.flower.deploy import supernode_command
+    from fedkit_core.engines.flower.fast import fast_layer
 
     tls = _tls(insecure, ca_cert)
     command = supernode_command(superlink, partition_id, data_path, port, tls, auth_key)
-    if warm:  # Flower's SuperNode, run by fedkit's wrapper (fedkit_core/engines/flower/warm.py)
+    if warm and fast_layer("fedkit flower supernode --warm"):
+        # Flower's SuperNode, run by fedkit's wrapper (fedkit_core/engines/flower/warm.py)
         command = [sys.executable, "-m", "fedkit_core.engines.flower.warm", *command[1:]]
     _exec([*command, *ctx.args])
 

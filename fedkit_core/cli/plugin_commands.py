@@ -14,8 +14,8 @@ import typer
 from rich.text import Text
 from typer.core import TyperGroup
 
-from fedkit_core.contract import hookspecs
 from fedkit_core.cli.options import err_console
+from fedkit_core.contract import hookspecs
 from fedkit_core.plugins import installed
 
 

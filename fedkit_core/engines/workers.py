@@ -1,6 +1,7 @@
 """Clients in worker processes for the local engine: parallel clients, timeouts, retries.
 
-:class:`WorkerTransport` forks ``N`` worker processes after the clients are built; client
+:class:`WorkerTransport` forks ``N`` worker processes after the clients are built (the
+isolation every engine uses for a stoppable client, :mod:`fedkit_core.engines.isolation`); client
 ``k`` (in id order) lives in worker ``k mod N`` for the whole run, so its state (model,
 private entries, optimiser, plugin state, checkpoint folder) is in exactly one process.
 The server sends each worker its clients' messages one at a time and waits for the reply:
@@ -24,23 +25,16 @@ checkpoint folder, where its successor reads them.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import copyreg
-import ctypes
-import io
 import logging
-import multiprocessing
 import os
 import pickle
-import signal
-import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 from typing import Any
 
 import torch
@@ -49,6 +43,7 @@ from fedkit_core.contract.messages import Message
 from fedkit_core.contract.observer import Observer
 from fedkit_core.engines.checkpoint import RESUME_KEY, ClientCheckpoints, checkpoint_client
 from fedkit_core.engines.client import ClientRuntime
+from fedkit_core.engines.isolation import Isolated, Stopped, dumps, timeout_text
 from fedkit_core.engines.snapshot import client_snapshot, restore_client
 from fedkit_core.errors import FedkitError, failure_text, no_space
 
@@ -164,44 +159,15 @@ def with_attempts(error: str, attempts: int) -> str:
 # ---------------------------------------------------------------------------- the worker
 
 
-def _serve(
-    conn: Connection,
-    parent_ends: list[Connection],
+def _answerer(
     clients: dict[str, ClientRuntime],
     stores: dict[str, ClientCheckpoints] | None,
-    threads: int,
     keep: bool,
-) -> None:
-    """A worker process: serve requests in a new thread until told to stop.
+) -> Callable[[tuple[str, Message, Any]], tuple[Message, dict[str, Any] | None]]:
+    """What a worker process does with a ``(client id, message, rebuild)`` request: the
+    reply and the client's snapshot (see :func:`deliver`)."""
 
-    GNU OpenMP (torch's intra-op threads) keeps its thread team per thread and is not
-    fork-safe: a forked process's main thread inherits a team whose threads do not exist
-    and hangs in its first parallel op. A thread started after the fork builds its own."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the engine's process handles Ctrl-C
-    _die_with_parent()
-    for end in parent_ends:  # so that this worker sees EOF when the engine's process ends
-        end.close()
-    server = threading.Thread(target=_answer, args=(conn, clients, stores, threads, keep))
-    server.start()
-    server.join()
-
-
-def _answer(
-    conn: Connection,
-    clients: dict[str, ClientRuntime],
-    stores: dict[str, ClientCheckpoints] | None,
-    threads: int,
-    keep: bool,
-) -> None:
-    """Answer ``(client id, message, rebuild)`` requests until ``None``."""
-    torch.set_num_threads(threads)
-    while True:
-        try:
-            request = pickle.loads(conn.recv_bytes())
-        except EOFError:
-            return
-        if request is None:
-            return
+    def answer(request: tuple[str, Message, Any]) -> tuple[Message, dict[str, Any] | None]:
         cid, message, rebuild = request
         client = clients[cid]
         store = stores[cid] if stores is not None else None
@@ -219,57 +185,13 @@ def _answer(
             reply, taken = deliver(client, message, store, keep_before=keep, snapshot=keep)
             if taken is not None and store is not None:  # in its checkpoint folder already
                 taken = {STORED: taken["round"]}
-        try:
-            conn.send_bytes(_dumps((_portable(reply), taken)))
-        except OSError:  # the engine's process is gone
-            return
+        return _portable(reply), taken
 
+    return answer
 
-def _die_with_parent() -> None:
-    """Ask Linux to kill this process when the engine's process dies (killed by a signal,
-    it cannot stop its workers); elsewhere the closed pipe ends them when idle."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
-
-
-_PR_SET_PDEATHSIG = 1
 
 #: a shipped-back snapshot that is the newest of its round in the client's checkpoint folder
 STORED = "stored_round"
-
-
-def _dumps(obj: Any) -> bytes:
-    """``obj`` pickled, plain CPU tensors as numpy arrays (a memory copy; torch's own
-    pickling of a tensor goes through ``torch.save`` and took 2-3x as long for a model)."""
-    buffer = io.BytesIO()
-    _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
-    return buffer.getvalue()
-
-
-def _reduce_tensor(tensor: torch.Tensor) -> Any:
-    plain = (
-        type(tensor) is torch.Tensor
-        and tensor.layout == torch.strided
-        and tensor.device.type == "cpu"
-        and tensor.dtype in _NUMPY_DTYPES
-        and not (tensor.requires_grad or tensor.is_conj() or tensor.is_neg())
-    )
-    if not plain:
-        return tensor.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
-    return torch.from_numpy, (tensor.numpy(),)
-
-
-_NUMPY_DTYPES = {
-    torch.float64, torch.float32, torch.float16, torch.int64, torch.int32, torch.int16,
-    torch.int8, torch.uint8, torch.bool,
-}  # fmt: skip
-
-
-class _Pickler(pickle.Pickler):
-    dispatch_table = {**copyreg.dispatch_table, torch.Tensor: _reduce_tensor}
 
 
 def _portable(reply: Message) -> Message:
@@ -282,7 +204,7 @@ def _portable(reply: Message) -> Message:
     if err.__traceback__ is not None:
         err.add_note("in the client's worker process:\n" + "".join(traceback.format_exception(err)))
     try:
-        pickle.loads(_dumps(err))
+        pickle.loads(dumps(err))
     except Exception:
         kind = FedkitError if isinstance(err, FedkitError) else RuntimeError
         reply.exception = kind(reply.error)
@@ -294,8 +216,7 @@ def _portable(reply: Message) -> Message:
 
 @dataclass
 class _Worker:
-    process: multiprocessing.process.BaseProcess
-    conn: Connection
+    isolated: Isolated
     clients: list[str]
     queue: deque[str] = field(default_factory=deque)
     busy: str | None = None  # the client whose message is in flight
@@ -303,8 +224,8 @@ class _Worker:
 
 
 class WorkerTransport:
-    """Delivers messages to clients living in ``count`` forked worker processes (see the
-    module docstring). Call :meth:`close` when the run ends."""
+    """Delivers messages to clients living in ``count`` :class:`~fedkit_core.engines.isolation.Isolated`
+    worker processes (see the module docstring). Call :meth:`close` when the run ends."""
 
     def __init__(
         self,
@@ -332,17 +253,9 @@ class WorkerTransport:
             self.workers.append(self._fork(k))
 
     def _fork(self, k: int) -> _Worker:
-        ours, theirs = multiprocessing.Pipe()
-        parent_ends = [ours, *(w.conn for w in self.workers)]
-        process = multiprocessing.get_context("fork").Process(
-            target=_serve,
-            args=(theirs, parent_ends, self.clients, self.stores, self.threads, self.keep),
-            name=f"fedkit-worker-{k}",
-            daemon=True,
-        )
-        process.start()
-        theirs.close()
-        return _Worker(process, ours, [cid for cid, home in self.home.items() if home == k])
+        answer = _answerer(self.clients, self.stores, self.keep)
+        isolated = Isolated(answer, threads=self.threads, name=f"fedkit-worker-{k}")
+        return _Worker(isolated, [cid for cid, home in self.home.items() if home == k])
 
     def send(self, messages: dict[str, Message]) -> dict[str, Message]:
         results: dict[str, Message] = {}
@@ -385,12 +298,10 @@ class WorkerTransport:
         if cid in self.stale:
             request = (cid, message, (self.setups[cid], self.snapshots.get(cid)))
         try:
-            self.workers[k].conn.send_bytes(_dumps(request))
-        except OSError:
-            self.workers[k].process.join(timeout=5)
-            error = _exit_text(self.workers[k].process.exitcode)
+            self.workers[k].isolated.send(request)
+        except Stopped as stopped:
             self._replace(k)
-            return [(k, cid, Message("", error=error))]
+            return [(k, cid, Message("", error=str(stopped)))]
         self.stale.discard(cid)
         worker = self.workers[k]
         worker.busy = cid
@@ -403,28 +314,25 @@ class WorkerTransport:
         busy = [k for k, w in enumerate(self.workers) if w.busy is not None]
         deadline = min(self.workers[k].deadline for k in busy)
         left = None if deadline == float("inf") else max(0.0, deadline - time.monotonic())
-        handles = [self.workers[k].conn for k in busy]
-        ready = wait(handles + [self.workers[k].process.sentinel for k in busy], left)
+        ready = set(wait([h for k in busy for h in self.workers[k].isolated.waitables], left))
         out: list[tuple[int, str, Message]] = []
         for k in busy:
             worker = self.workers[k]
             cid = worker.busy
-            if worker.conn in ready:
+            assert cid is not None
+            if ready & set(worker.isolated.waitables):
                 try:
-                    reply, snapshot = pickle.loads(worker.conn.recv_bytes())
-                except (EOFError, OSError):  # the process died before answering
-                    pass
+                    reply, snapshot = worker.isolated.receive()
+                except Stopped as stopped:
+                    error = str(stopped)
                 else:
                     if snapshot is not None and self.keep:
                         self.snapshots[cid] = snapshot
                     worker.busy, worker.deadline = None, float("inf")
                     out.append((k, cid, reply))
                     continue
-            if worker.conn in ready or worker.process.sentinel in ready:
-                worker.process.join(timeout=5)
-                error = _exit_text(worker.process.exitcode)
             elif time.monotonic() >= worker.deadline:
-                error = f"no reply within {self.timeout:g} s (client_timeout)"
+                error = timeout_text(self.timeout or 0.0)
             else:
                 continue
             self._replace(k)
@@ -435,9 +343,8 @@ class WorkerTransport:
         """Kill worker ``k`` and fork its successor, which takes over its queue; its clients
         are rebuilt there on their next message from their last shipped-back snapshots."""
         old = self.workers[k]
-        old.process.kill()
-        old.process.join()
-        old.conn.close()
+        if not old.isolated.conn.closed:
+            old.isolated.kill()
         self.workers[k] = fresh = self._fork(k)
         fresh.queue = old.queue
         lost = [cid for cid in old.clients if cid in self.setups]
@@ -449,23 +356,4 @@ class WorkerTransport:
         """Stop every worker: ask it to end and wait for it (a few seconds at most), or with
         ``wait=False`` kill it at once."""
         for worker in self.workers:
-            if not wait:
-                worker.process.kill()
-            with contextlib.suppress(OSError):
-                worker.conn.send_bytes(_dumps(None))
-        for worker in self.workers:
-            worker.process.join(timeout=5)
-            if worker.process.is_alive():
-                worker.process.kill()
-                worker.process.join()
-            worker.conn.close()
-
-
-def _exit_text(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"the client's process was killed by {name}"
-    return f"the client's process exited (exit code {code})"
+            worker.isolated.close(wait)

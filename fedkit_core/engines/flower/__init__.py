@@ -8,6 +8,10 @@ flower`` runs in Flower's simulation runtime (and ``fedkit resume`` continues it
 ``fedkit flower submit`` sends the same run to a SuperLink with one SuperNode per site (see
 ``docs/engines.md``).
 
+The engine uses Flower's public API (:mod:`.simulation`, :mod:`.serverapp`, :mod:`.node`,
+:mod:`.deploy`) and works on every Flower release from :data:`FLWR_MINIMUM` on; the
+speed-ups that need Flower's internals are opt-in and version-checked (:mod:`.fast`).
+
 This module imports nothing from ``flwr``, so the options below are known (and ``fedkit
 --help`` works) without the optional dependency: ``pip install fedkit[flower]``.
 """
@@ -26,8 +30,11 @@ if TYPE_CHECKING:
     from fedkit_core.results.schema import Results
     from fedkit_core.results.store import RunDir
 
-#: the Flower releases this engine is written and tested against (see docs/engines.md)
-FLWR_REQUIREMENT = "flwr[simulation]>=1.41,<1.42"
+#: the Flower releases this engine is tested against (see docs/engines.md); pyproject.toml's
+#: ``flower`` extra says the same
+FLWR_REQUIREMENT = "flwr[simulation]>=1.41,<1.43"
+#: the oldest Flower release with the public API the engine uses
+FLWR_MINIMUM = (1, 41)
 
 OPTIONS = (
     Option(
@@ -35,8 +42,18 @@ OPTIONS = (
         str,
         "ray",
         "simulation backend: ray (Flower's own, one worker process per CPU) or thread "
-        "(ClientApps run one at a time in this process; no Ray needed)",
+        "(ClientApps run one at a time in this process; no Ray needed; part of the fast "
+        "layer: on a Flower release it was not written for, ray with one warning)",
         choices=("ray", "thread"),
+    ),
+    Option(
+        "fast",
+        bool,
+        False,
+        "opt in to the speed-ups that use Flower internals in a deployment: the ServerApp "
+        "retries a reply's missing objects after 20 ms, not 1 s (pair with `fedkit flower "
+        "supernode --warm`). Written for Flower 1.41 and 1.42; on another release it is "
+        "off, with one warning",
     ),
     Option(
         "client_cpus",
@@ -70,10 +87,11 @@ def require_flwr() -> None:
             f"engine=flower needs Flower: pip install 'fedkit[flower]' (installs {FLWR_REQUIREMENT})"
         ) from None
     found = version("flwr")
-    if not found.startswith("1.41."):
+    release = tuple(int(p) for p in found.split(".")[:2] if p.isdigit())
+    if release < FLWR_MINIMUM:
         raise FedkitError(
-            f"engine=flower is written for {FLWR_REQUIREMENT}, found flwr {found}; "
-            "pip install 'fedkit[flower]'"
+            f"engine=flower needs Flower {'.'.join(map(str, FLWR_MINIMUM))} or later, found "
+            f"flwr {found}; pip install 'fedkit[flower]' (installs {FLWR_REQUIREMENT})"
         )
 
 

@@ -17,12 +17,20 @@ setup message resumes a run.
 A process keeps the clients it built in memory and reloads a client's state only when the
 context holds a newer version, so a worker that serves a node repeatedly pays nothing.
 
-On a deployed node the messages are answered in a forked child of the ClientApp process,
-kept from one message to the next (:class:`_Worker`): a client that misses
-``client_timeout`` is killed, one whose process exits is noticed at once, and either way the
-node replies "failed" with its context as before the message and the next message gets a
-new child. A deployed server sends each message's content packed in one Flower record
-(:mod:`.packing`); the node answers a packed message packed.
+A client that must be stoppable (``client_timeout`` set) answers in an isolated worker
+(:class:`~fedkit_core.engines.isolation.Isolated`, a forked child of the ClientApp's
+process kept from one message to the next), in a simulation and on a deployed node alike:
+a client that misses ``client_timeout`` is killed, one whose process exits is noticed at
+once, and either way the node replies "failed" with its context as before the message and
+the next message gets a new worker. A warm SuperNode (the fast layer, :mod:`.warm`) always
+answers in such a worker, which keeps its long-lived executor safe. A deployed server sends
+each message's content packed in one Flower record (:mod:`.packing`); the node answers a
+packed message packed.
+
+The ClientApp may be pickled with every message (Flower's Ray backend does): its
+:class:`ClientSide` travels as its :class:`Source` and a token of the run, and a process
+unpickles it into the one :class:`ClientSide` it keeps for that token, so a Ray worker
+loads its nodes' data once per run.
 
 Which client a node serves: its node config's ``partition-id`` indexes the clients that
 fedkit's partition of the node's data yields (every node of a simulation, or nodes holding a
@@ -33,19 +41,15 @@ own data, ``data-path=...``) serves that client.
 from __future__ import annotations
 
 import copy
-import gc
 import json
-import multiprocessing
 import os
-import pickle
-import signal
 import threading
-from collections.abc import Callable
+import uuid
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+import torch
 from flwr.app import ConfigRecord, Context, RecordDict
 from flwr.app import Message as FlowerMessage
 from flwr.clientapp import ClientApp
@@ -63,6 +67,7 @@ from fedkit_core.engines.flower.records import (
     to_array_record,
     to_records,
 )
+from fedkit_core.engines.isolation import Isolated, Stopped
 from fedkit_core.engines.snapshot import from_bytes, restore_client, to_bytes
 from fedkit_core.errors import FedkitError, failure_text, no_space
 from fedkit_core.federation import Federation, prepare
@@ -76,7 +81,9 @@ PARTITION_KEY, DATA_PATH_KEY = "partition-id", "data-path"
 #: the scalar of the setup message that carries the server's task description
 TASK_KEY = "fedkit.task"
 SETUP, PRIORS, STATE = "fedkit.setup", "fedkit.priors", "fedkit.state"
-T = TypeVar("T")
+#: whether every message answers in an isolated worker, ``client_timeout`` or not: set by
+#: a warm SuperNode's long-lived executor (:mod:`.warm`), which a client must not take down
+ALWAYS_ISOLATED = False
 
 
 @dataclass
@@ -88,12 +95,15 @@ class Source:
     config (``fedkit-config``, JSON) and uses installed plugins only. ``federation`` lets an
     in-process simulation share the data the driver already loaded. ``checkpoints``: the
     folder holding each client's checkpoint folder (None: no client checkpoints).
+    ``threads``: torch's intra-op threads in a process that unpickles the ClientApp (a Ray
+    worker), so that its clients compute as this process's do.
     """
 
     config: dict[str, Any] | None = None
     plugins: dict[str, Any] | None = None
     federation: Federation | None = None
     checkpoints: str | None = None
+    threads: int | None = None
 
     def config_for(self, context: Context) -> dict[str, Any]:
         config = self.config
@@ -196,38 +206,31 @@ class NodeClient:
 class ClientSide:
     """Handles every fedkit message a node receives (the body of the ClientApp)."""
 
-    def __init__(self, source: Source):
+    def __init__(self, source: Source, token: str | None = None):
         self.source = source
+        self.token = token or uuid.uuid4().hex
         self.lock = threading.Lock()
         self.federation_key: str | None = None
         self.federation: Federation | None = None
         self.clients: dict[tuple[int, int], NodeClient] = {}
-        self.worker: _Worker | None = None  # a deployed node's child process
+        self.worker: Isolated | None = None  # where a stoppable client answers
 
-    def __getstate__(self) -> dict[str, Any]:  # sent to Ray workers: the source only
-        return {"source": self.source}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["source"])
-
-    def abandon(self, context: Context) -> None:
-        """Give up on a message of ``context``'s node that is still running (it missed
-        ``client_timeout``): its client is rebuilt from the context for the next message,
-        and the next message does not wait for the abandoned one."""
-        self.clients.pop((context.run_id, context.node_id), None)
-        self.lock = threading.Lock()
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled: the source and the run's token
+        return _side_for, (self.token, Source(**{**self.source.__dict__, "federation": None}))
 
     def __call__(self, message: FlowerMessage, context: Context) -> FlowerMessage:
-        if self.source.config is None and hasattr(os, "fork"):  # deployed
-            return self._in_child(message, context)
+        timeout = self.source.config_for(context).get("client_timeout")
+        if hasattr(os, "fork") and (timeout is not None or ALWAYS_ISOLATED):
+            return self._isolated(message, context, timeout)
         return self._answer(message, context)
 
-    def _in_child(self, message: FlowerMessage, context: Context) -> FlowerMessage:
-        """Answer ``message`` in this node's :class:`_Worker` (a forked child process), so
-        that a client that hangs past ``client_timeout`` (killed) or whose process exits
-        gets a failed reply at once, and the node's context keeps the state from before the
-        message; the message after such a failure starts a new worker."""
-        timeout = self.source.config_for(context).get("client_timeout")
+    def _isolated(
+        self, message: FlowerMessage, context: Context, timeout: float | None
+    ) -> FlowerMessage:
+        """Answer ``message`` in this process's :class:`Isolated` worker, so that a client
+        that hangs past ``client_timeout`` (killed) or whose process exits gets a failed
+        reply at once, and the node's context keeps the state from before the message; the
+        message after such a failure starts a new worker."""
         if self.worker is None:
             try:  # the node's data and client, inherited by the worker
                 with self.lock:
@@ -236,15 +239,27 @@ class ClientSide:
                         client.current(context)  # built once, then brought to the context's state
             except Exception:  # noqa: BLE001 - the worker meets it again and replies with it
                 pass
-            self.worker = _Worker(self._answer_content)
+            self.worker = Isolated(self._answer_request, name="fedkit-client")
         request = (message.metadata.message_type, message.content, context)
-        data, error = self.worker.ask(request, timeout)
-        if error is not None:
+        try:
+            content, state = self.worker.ask(request, timeout)
+        except Stopped as stopped:
             self.worker = None
-            failed = Message(kind_of(message.metadata.message_type), error=error)
+            failed = Message(kind_of(message.metadata.message_type), error=str(stopped))
             return FlowerMessage(to_records(failed), reply_to=message)
-        content, context.state = pickle.loads(data)
+        context.state = state
         return FlowerMessage(content, reply_to=message)
+
+    def close(self) -> None:
+        """End this process's isolated worker, if any (the run is over)."""
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+    def _answer_request(self, request: tuple[str, RecordDict, Context]) -> tuple[Any, Any]:
+        """In the isolated worker: the reply content and the context state after it."""
+        message_type, content, context = request
+        return self._answer_content(message_type, content, context), context.state
 
     def _answer(self, message: FlowerMessage, context: Context) -> FlowerMessage:
         content = self._answer_content(message.metadata.message_type, message.content, context)
@@ -307,72 +322,25 @@ class ClientSide:
         return self.clients[node]
 
 
-class _Worker:
-    """A forked child of a deployed ClientApp process that answers the node's messages one
-    after another, for as long as it answers them in time.
-
-    It inherits the node's data and client from its parent and keeps its client (and the
-    memory its training steps use) from one message to the next, so a message costs
-    neither a fork nor a restore of the client from the node's context (each fork cost
-    twice the CPU of the client's work: the copy-on-write faults of a fresh process). It
-    is killed when it misses ``client_timeout``; one whose process exits is noticed at
-    once. Requests (message type, content, context) and replies (reply content, context
-    state) pass pickled through a ``multiprocessing`` pipe."""
-
-    def __init__(self, answer: Callable[[str, RecordDict, Context], RecordDict]):
-        ours, theirs = multiprocessing.Pipe()
-        # the child's garbage collector leaves the parent's objects alone: a collection
-        # would write to every page of the parent's heap (copy on write: 0.5 s of CPU)
-        gc.freeze()
-        pid = os.fork()
-        if pid == 0:  # the child: answer until the parent closes its end, then leave
-            code = 1
-            try:
-                ours.close()
-                _in_fresh_thread(lambda: _serve(theirs, answer))
-                code = 0
-            finally:  # never back into the parent's code, whatever happened
-                os._exit(code)
-        gc.unfreeze()
-        theirs.close()
-        self.pid = pid
-        self.conn = ours
-
-    def ask(self, request: tuple[Any, ...], timeout: float | None) -> tuple[bytes, str | None]:
-        """The pickled reply to ``request``; or an error text (the worker is then gone)."""
-        missed = False
-        try:
-            self.conn.send_bytes(pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
-            missed = not self.conn.poll(timeout)
-            if not missed:
-                return self.conn.recv_bytes(), None
-        except (EOFError, OSError):  # the child exited (OSError: a broken pipe)
-            pass
-        if missed:
-            os.kill(self.pid, signal.SIGKILL)
-        _, status = os.waitpid(self.pid, 0)
-        self.conn.close()
-        if missed:
-            return b"", f"no reply within {timeout:g} s (client_timeout)"
-        return b"", f"the client's process exited (status {os.waitstatus_to_exitcode(status)})"
+_SIDE: ClientSide | None = None  # this process's ClientSide of the current run
 
 
-def _serve(conn: Connection, answer: Callable[[str, RecordDict, Context], RecordDict]) -> None:
-    """The worker's loop: answer each request until the parent is gone."""
-    while True:
-        try:
-            message_type, content, context = pickle.loads(conn.recv_bytes())
-        except EOFError:
-            return
-        reply = answer(message_type, content, context)
-        conn.send_bytes(pickle.dumps((reply, context.state), pickle.HIGHEST_PROTOCOL))
+def _side_for(token: str, source: Source) -> ClientSide:
+    """The :class:`ClientSide` of run ``token`` in this process (an unpickled ClientApp's):
+    one per run, so its data and clients are built once, not for every message."""
+    global _SIDE
+    if _SIDE is None or _SIDE.token != token:
+        if source.threads:  # the run's torch threads, not those Ray's environment implies
+            torch.set_num_threads(source.threads)
+        _SIDE = ClientSide(source, token)
+    return _SIDE
 
 
 def make_client_app(source: Source | None = None) -> ClientApp:
     """A Flower ClientApp that answers fedkit's messages (see :class:`ClientSide`)."""
     app = ClientApp()
     side = ClientSide(source or Source())
-    app.fedkit_side = side  # type: ignore[attr-defined]  # for the backends' timeouts
+    app.fedkit_side = side  # type: ignore[attr-defined]
     app.query("fedkit_describe")(side)
     app.query("fedkit_setup")(side)
     app.query()(side)
@@ -380,17 +348,3 @@ def make_client_app(source: Source | None = None) -> ClientApp:
     app.train(mods=[client_mod(side.secure_fit, side.config_of)])(side)
     app.evaluate()(side)
     return app
-
-
-def _in_fresh_thread(answer: Callable[[], T]) -> T:
-    """``answer()`` computed in a new thread of a forked child. GNU OpenMP (torch's intra-op
-    threads) keeps its thread team per thread and is not fork-safe: the child's main thread
-    inherits the parent's team, whose threads do not exist in the child, and hangs in its
-    first multi-threaded operation; a new thread starts a team of its own."""
-    box: list[T] = []
-    worker = threading.Thread(target=lambda: box.append(answer()), daemon=True)
-    worker.start()
-    worker.join()
-    if not box:
-        raise RuntimeError("the client's answer failed in its thread")
-    return box[0]

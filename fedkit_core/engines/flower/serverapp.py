@@ -23,10 +23,10 @@ from fedkit_core.contract.data import TaskInfo
 from fedkit_core.contract.messages import Message
 from fedkit_core.contract.observer import Observer
 from fedkit_core.engines.driver import drive
+from fedkit_core.engines.flower.fast import fast_layer, retry_object_pulls_sooner
 from fedkit_core.engines.flower.node import CONFIG_KEY, OUT_KEY, TASK_KEY
 from fedkit_core.engines.flower.packing import pack, unpack
 from fedkit_core.engines.flower.records import MESSAGE_TYPES, from_records, to_records
-from fedkit_core.engines.flower.warm import retry_object_pulls_sooner
 from fedkit_core.engines.server import Server
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import pick_device
@@ -361,9 +361,10 @@ def serve_deployed(grid: Grid, context: Context) -> None:
             f"the run config lacks {CONFIG_KEY!r}; submit with `fedkit flower submit`"
         )
     cfg, plugin_set = resolve_config(json.loads(str(raw)))
-    from flwr.superlink.grid import http_grid
+    if cfg["flower.fast"] and fast_layer("flower.fast"):
+        from flwr.superlink.grid import http_grid
 
-    retry_object_pulls_sooner(http_grid)  # the nodes' replies
+        retry_object_pulls_sooner(http_grid)  # the nodes' replies
     if cfg["flower.nodes"] is None:
         raise FedkitError("set flower.nodes to the number of SuperNodes (one per client)")
     out = str(context.run_config.get(OUT_KEY, ""))

@@ -1,4 +1,5 @@
-"""Warm ClientApps for a deployed SuperNode (``fedkit flower supernode``).
+"""Warm ClientApps for a deployed SuperNode (``fedkit flower supernode --warm``): part of
+the fast layer (:mod:`.fast`), written for Flower 1.41 and 1.42's SuperNode internals.
 
 Flower 1.41 runs every message a SuperNode receives in a fresh ``flwr-clientapp`` process,
 which imports torch, Flower and fedkit again and reloads the client's data (about 2 s), and
@@ -9,25 +10,27 @@ its SuperNode, SuperExec and ServerApp poll each other every 0.5 to 3 s. A warm 
   SuperNode's Runtime API and runs each ClientApp call in itself, with Flower's own
   functions (pull the task, load the app, push the reply and the context): imports, the
   data and the ClientApp stay loaded from one message to the next;
-* keeps a misbehaving client from taking the executor down: fedkit's ClientApp answers the
-  messages in a forked child kept between messages (:mod:`.node`), killed when it misses
-  ``client_timeout`` and replaced for the next message;
+* keeps a misbehaving client from taking the executor down: fedkit's ClientApp answers
+  every message in an isolated worker kept between messages
+  (:mod:`fedkit_core.engines.isolation`), killed when it misses ``client_timeout`` and
+  replaced for the next message;
 * replaces polling on the node by wake-ups: the SuperNode tells the executor through a pipe
   when it stored a message, and the executor tells the SuperNode when it pushed the reply
   (Flower: the SuperExec polls every 1 s, the SuperNode its reply store every 0.5 s);
 * polls the SuperLink every :data:`ACTIVE_POLL` seconds during a run and backs off to
   :data:`POLL` between runs (Flower: every 3 s), so a node asks for the next message soon
   after a round's phase without loading the SuperLink between runs;
-* retries an object of a message that is not all stored yet after :data:`OBJECT_RETRY`
-  seconds (Flower: 1 s), here and in the ServerApp.
+* retries an object of a message that is not all stored yet after
+  :data:`~.fast.OBJECT_RETRY` seconds (Flower: 1 s), here (and in the ServerApp with
+  ``flower.fast=true``).
 
-``--no-warm`` gives Flower's plain SuperNode (the former behaviour), e.g. to compare.
+Without ``--warm`` (the default), or on a Flower release the fast layer was not written
+for, the node is Flower's plain ``flower-supernode``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import select
 import subprocess
@@ -48,9 +51,6 @@ ACTIVE_POLL, ACTIVE = 0.05, 10.0
 #: the longest wait without a wake-up: the executor's check for a gone SuperNode, and the
 #: SuperNode's for a reply
 SAFETY = 1.0
-#: the first wait before pulling again an object of a message that is not all there yet,
-#: doubling up to the second (Flower: 1 s doubling to 10 s)
-OBJECT_RETRY, OBJECT_RETRY_CAP = 0.02, 1.0
 
 
 def supernode_main(flower_args: list[str]) -> None:
@@ -69,6 +69,8 @@ def supernode_main(flower_args: list[str]) -> None:
     try:
         from flwr.supernode import start_client_internal as loop
         from flwr.supernode.cli.flower_supernode import flower_supernode
+
+        from fedkit_core.engines.flower.fast import retry_object_pulls_sooner
 
         pacer = Pacer(reply_read, task_write)
         loop._pull_and_store_message = pacer.wrap(loop._pull_and_store_message)  # type: ignore[attr-defined]
@@ -129,22 +131,6 @@ class Pacer:
         return paced
 
 
-def retry_object_pulls_sooner(module: types.ModuleType) -> None:
-    """Make Flower's ``pull_objects``, as ``module`` calls it, retry a missing object after
-    :data:`OBJECT_RETRY` seconds rather than 1 s. Flower announces a message (to the
-    SuperLink, or a reply to it) before it pushes the message's objects, so a receiver that
-    polls soon after finds some missing, and waited 1 s for them. The overall limit, Flower's
-    ``max_time`` of 2 hours, stays."""
-    from flwr.supercore.inflatable.inflatable_utils import pull_objects
-
-    module.pull_objects = functools.partial(  # type: ignore[attr-defined]
-        pull_objects,
-        initial_backoff=OBJECT_RETRY,
-        backoff_cap=OBJECT_RETRY_CAP,
-        max_tries_per_object=None,
-    )
-
-
 def _signal(fd: int) -> None:
     """Wake the process reading pipe ``fd`` (a full pipe is awake already)."""
     with contextlib.suppress(BlockingIOError, BrokenPipeError):
@@ -176,6 +162,9 @@ def executor(address: str, parent: int, task_fd: int, reply_fd: int) -> None:
     from flwr.supercore.runtime import RuntimeHttpClient
 
     import fedkit_core.engines.flower.app  # noqa: F401  (torch, Flower, fedkit: once)
+    from fedkit_core.engines.flower import node
+
+    node.ALWAYS_ISOLATED = True  # a client must not take this long-lived process down
 
     _preload()
     os.set_blocking(reply_fd, False)
