@@ -1,8 +1,9 @@
 """Run configuration: the core keys, YAML files, ``--set key=value`` and validation.
 
 A config is merged from layers of increasing priority: the core defaults, the task's
-defaults, a YAML file, ``--set`` pairs, then CLI flags (:func:`resolve` merges;
-:mod:`fedkit_core.resolve` decides which options a run has and fills in its ``auto`` values). Keys are flat and dotted
+defaults, a YAML file, ``--set`` pairs, then CLI flags (:func:`read_choices` reads what
+decides a run's options, :func:`merge` merges; :mod:`fedkit_core.resolve` gathers the options
+and fills in the ``auto`` values). Keys are flat and dotted
 (``task.path``, ``partition.alpha``, ``fed-mas.lambda_f``); YAML may nest them. The set of
 valid keys is the core's plus the chosen task's plus each active plugin's own options;
 anything else is an error that lists the valid keys.
@@ -11,6 +12,7 @@ anything else is an error that lists the valid keys.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,15 @@ PRECISIONS = ("fp32", "bf16")
 PLACEMENTS = ("auto", "true", "false")
 #: the values of ``aggregation``: synchronous rounds, with a deadline, FedBuff, FedAsync
 AGGREGATION_MODES = ("sync", "deadline", "fedbuff", "fedasync")
+#: the largest ``task.image_size``: a 3-channel float image of this side is 200 MB
+MAX_IMAGE_SIZE = 4096
+
+#: the bounds of the core's counts and sizes, with the words their messages use
+#: (``rounds must be at least 1, got 0``); plugins' options say theirs as ``>= 1``
+_AT_LEAST_1 = {"min": 1, "rule": "at least 1"}
+_NOT_NEGATIVE = {"min": 0, "rule": "0 or more"}
+_POSITIVE = {"gt": 0, "rule": "above 0"}
+_ALL_POSITIVE = {"gt": 0, "rule": "all above 0"}
 
 CORE_OPTIONS: tuple[Option, ...] = (
     Option("name", str, None, "label of the run (default: built from plugins and task)"),
@@ -64,17 +75,41 @@ CORE_OPTIONS: tuple[Option, ...] = (
         "1 GiB and a quarter of the free GPU memory (auto); nothing on a CPU",
         choices=PLACEMENTS,
     ),
-    Option("seed", int, 0, "seed of data partition, initialisation, sampling and shuffling"),
-    Option("rounds", int, 10, "communication rounds"),
-    Option("clients", int, None, "number of clients (default: one per site, else 4)"),
-    Option("sample_fraction", float, 1.0, "fraction of clients sampled each round"),
-    Option("min_clients", int, None, "fewest successful clients per round (default: all)"),
+    Option(
+        "seed",
+        int,
+        0,
+        "seed of data partition, initialisation, sampling and shuffling",
+        **_NOT_NEGATIVE,
+    ),
+    Option("rounds", int, 10, "communication rounds", **_AT_LEAST_1),
+    Option(
+        "clients", int, None, "number of clients (default: one per site, else 4)", **_AT_LEAST_1
+    ),
+    Option(
+        "sample_fraction",
+        float,
+        1.0,
+        "fraction of clients sampled each round",
+        gt=0,
+        max=1,
+        rule="in (0, 1]",
+    ),
+    Option(
+        "min_clients",
+        int,
+        None,
+        "fewest successful clients per round (default: all)",
+        **_NOT_NEGATIVE,
+    ),
     Option(
         "client_timeout",
         float,
         None,
         "seconds one client may take for one message before it counts as failed "
         "(default: no limit); the same on every engine",
+        gt=0,
+        rule="above 0 (or null: no limit)",
     ),
     Option(
         "client_retries",
@@ -82,6 +117,7 @@ CORE_OPTIONS: tuple[Option, ...] = (
         0,
         "times a failed client message (error, timeout, process exit) is re-sent, from the "
         "client's state before it, before the client counts as failed for the round",
+        **_NOT_NEGATIVE,
     ),
     # simulated time and asynchronous aggregation (docs/hospitals.md)
     Option(
@@ -108,7 +144,7 @@ CORE_OPTIONS: tuple[Option, ...] = (
         None,
         "aggregation=deadline: seconds a round waits for updates (simulated; real seconds "
         "when deployed)",
-        min=1e-9,
+        gt=0,
     ),
     Option(
         "async.concurrency",
@@ -124,8 +160,8 @@ CORE_OPTIONS: tuple[Option, ...] = (
         "fedbuff: updates buffered per server update (default: async.concurrency)",
         min=1,
     ),
-    Option("async.server_lr", float, 1.0, "fedbuff: server learning rate", min=1e-9),
-    Option("async.alpha", float, 0.6, "fedasync: weight of an update mixed in", min=1e-9, max=1.0),
+    Option("async.server_lr", float, 1.0, "fedbuff: server learning rate", gt=0),
+    Option("async.alpha", float, 0.6, "fedasync: weight of an update mixed in", gt=0, max=1.0),
     Option(
         "async.staleness",
         str,
@@ -142,10 +178,10 @@ CORE_OPTIONS: tuple[Option, ...] = (
         "drop updates staler than this (default: none dropped)",
         min=0,
     ),
-    Option("local_epochs", int, 1, "local epochs per round"),
-    Option("batch_size", int, 32, "local training batch size"),
-    Option("eval_batch_size", int, 256, "evaluation batch size"),
-    Option("eval_every", int, 1, "evaluate every N rounds (the last round always)"),
+    Option("local_epochs", int, 1, "local epochs per round", **_AT_LEAST_1),
+    Option("batch_size", int, 32, "local training batch size", **_AT_LEAST_1),
+    Option("eval_batch_size", int, 256, "evaluation batch size", **_AT_LEAST_1),
+    Option("eval_every", int, 1, "evaluate every N rounds (the last round always)", **_AT_LEAST_1),
     Option(
         "eval_test",
         str,
@@ -180,17 +216,33 @@ CORE_OPTIONS: tuple[Option, ...] = (
         int,
         1000,
         "score histogram bins per class for the AUC under evaluation=federated",
+        **_AT_LEAST_1,
     ),
     Option("optimizer", str, "adam", "local optimiser", choices=("sgd", "adam", "adamw")),
-    Option("lr", float, 1e-3, "local learning rate"),
-    Option("momentum", float, 0.9, "SGD momentum"),
-    Option("weight_decay", float, 0.0, "weight decay"),
-    Option("adam_betas", "list[float]", [0.9, 0.999], "Adam betas"),
+    Option("lr", float, 1e-3, "local learning rate", **_POSITIVE),
+    Option("momentum", float, 0.9, "SGD momentum", **_NOT_NEGATIVE),
+    Option("weight_decay", float, 0.0, "weight decay", **_NOT_NEGATIVE),
+    Option(
+        "adam_betas",
+        "list[float]",
+        [0.9, 0.999],
+        "Adam betas",
+        min=0,
+        lt=1,
+        rule="two values in [0, 1)",
+    ),
     Option("keep_optimizer_state", bool, False, "keep each client's optimiser state across rounds"),
     Option("lr_schedule", str, "none", "per-round lr schedule", choices=("none", "step", "exp")),
     Option("lr_milestones", "list[int]", [], "rounds where a step schedule multiplies lr by gamma"),
-    Option("lr_gamma", float, 0.1, "lr factor (step: per milestone, exp: per round)"),
-    Option("grad_clip", float, None, "clip the gradient norm of each step to this value"),
+    Option("lr_gamma", float, 0.1, "lr factor (step: per milestone, exp: per round)", **_POSITIVE),
+    Option(
+        "grad_clip",
+        float,
+        None,
+        "clip the gradient norm of each step to this value",
+        gt=0,
+        rule="above 0 (or null: no clipping)",
+    ),
     Option(
         "loss",
         str,
@@ -223,7 +275,14 @@ CORE_OPTIONS: tuple[Option, ...] = (
         choices=("average", "local"),
     ),
     Option("model_weights", str, None, "path of a checkpoint to initialise the backbone from"),
-    Option("unet_channels", "list[int]", [16, 32, 64, 128], "U-Net channels per level"),
+    Option(
+        "unet_channels",
+        "list[int]",
+        [16, 32, 64, 128],
+        "U-Net channels per level",
+        min=1,
+        rule="at least 1 each, not empty",
+    ),
     Option(
         "freeze",
         "list[str]",
@@ -250,9 +309,33 @@ CORE_OPTIONS: tuple[Option, ...] = (
     ),
     Option("task.name", str, "synthetic", "the task (see `fedkit tasks`)"),
     Option("task.path", str, None, "where the task's data lives"),
-    Option("task.image_size", int, None, "resize images to this square side"),
-    Option("task.val_fraction", float, 0.1, "share of train carved out as val when absent"),
-    Option("task.test_fraction", float, 0.2, "share carved out as test when a site has none"),
+    Option(
+        "task.image_size",
+        int,
+        None,
+        "resize images to this square side",
+        min=1,
+        max=MAX_IMAGE_SIZE,
+        rule=f"in [1, {MAX_IMAGE_SIZE}] (or null: no resizing)",
+    ),
+    Option(
+        "task.val_fraction",
+        float,
+        0.1,
+        "share of train carved out as val when absent",
+        gt=0,
+        lt=1,
+        rule="in (0, 1)",
+    ),
+    Option(
+        "task.test_fraction",
+        float,
+        0.2,
+        "share carved out as test when a site has none",
+        gt=0,
+        lt=1,
+        rule="in (0, 1)",
+    ),
     Option(
         "task.mean",
         "list[float]",
@@ -260,7 +343,11 @@ CORE_OPTIONS: tuple[Option, ...] = (
         "per-channel mean of the [0, 1] images (with task.std; default: the training images')",
     ),
     Option(
-        "task.std", "list[float]", None, "per-channel std (with task.mean; 0.5 and 0.5: [-1, 1])"
+        "task.std",
+        "list[float]",
+        None,
+        "per-channel std (with task.mean; 0.5 and 0.5: [-1, 1])",
+        **_ALL_POSITIVE,
     ),
     Option(
         "task.shot_thresholds",
@@ -281,18 +368,37 @@ CORE_OPTIONS: tuple[Option, ...] = (
         None,
         "a named partition of the task (see `fedkit tasks`) setting the partition.* defaults",
     ),
-    Option("partition.alpha", float, 0.5, "Dirichlet concentration (dirichlet)"),
+    Option("partition.alpha", float, 0.5, "Dirichlet concentration (dirichlet)", **_POSITIVE),
     Option(
-        "partition.alphas", "list[float]", None, "one Dirichlet alpha per class (class-dirichlet)"
+        "partition.alphas",
+        "list[float]",
+        None,
+        "one Dirichlet alpha per class (class-dirichlet)",
+        **_ALL_POSITIVE,
     ),
     Option(
         "partition.drop_prob",
         float,
         0.0,
         "probability of removing each class from each client (class-dirichlet)",
+        min=0,
+        lt=1,
+        rule="in [0, 1)",
     ),
-    Option("partition.fractions", "list[float]", None, "training-size fraction per client"),
-    Option("partition.min_size", int, 10, "fewest training samples per client (dirichlet)"),
+    Option(
+        "partition.fractions",
+        "list[float]",
+        None,
+        "training-size fraction per client",
+        **_ALL_POSITIVE,
+    ),
+    Option(
+        "partition.min_size",
+        int,
+        10,
+        "fewest training samples per client (dirichlet)",
+        **_NOT_NEGATIVE,
+    ),
 )
 
 
@@ -474,26 +580,66 @@ def _commented(raw: str, value: Any) -> bool:
         return False
 
 
-def peek(layers: Sequence[Mapping[str, Any]], key: str, default: Any = None) -> Any:
-    """The highest-priority value of a dotted key in raw layers (before validation)."""
+@dataclass(frozen=True)
+class Choices:
+    """What a config chooses that decides which other keys it has: its method plugins (as
+    listed, ``fedavg`` included), its task, its engine and the task's partition preset."""
+
+    plugins: list[str]
+    task: str
+    engine: str
+    preset: str | None
+
+
+#: the keys read before the others, and their values when no layer sets them
+_CHOICE_KEYS = {
+    "plugins": [],
+    "task.name": "synthetic",
+    "engine": "local",
+    "partition.preset": None,
+}
+
+
+def read_choices(layers: Sequence[Mapping[str, Any]]) -> Choices:
+    """The :class:`Choices` of raw ``layers`` (lowest priority first, before validation),
+    read in one pass over them: each key from the highest layer that sets it."""
+    found: dict[str, Any] = {}
     for layer in reversed(layers):
-        if key in layer:
-            return layer[key]
-        node: Any = layer
-        for part in key.split("."):
-            if isinstance(node, Mapping) and part in node:
-                node = node[part]
-            elif isinstance(node, str) and part == "name":
-                break  # `task: npz` is shorthand for `task: {name: npz}`
-            else:
-                node = _MISSING
-                break
-        if node is not _MISSING:
-            return node
-    return default
+        for key in _CHOICE_KEYS.keys() - found.keys():
+            value = _lookup(layer, key)
+            if value is not _MISSING:
+                found[key] = value
+        if len(found) == len(_CHOICE_KEYS):
+            break
+    value = {**_CHOICE_KEYS, **found}
+    plugins = _CORE["plugins"].coerce(value["plugins"] or [], "plugins")
+    preset = value["partition.preset"]
+    return Choices(
+        plugins,
+        str(value["task.name"]),
+        str(value["engine"]),
+        None if preset is None else str(preset),
+    )
+
+
+def _lookup(layer: Mapping[str, Any], key: str) -> Any:
+    """A dotted key's value in one raw layer, flat (``task.name``) or nested (``task: {name:
+    ...}``, or ``task: npz`` for ``task.name``); ``_MISSING`` when the layer lacks it."""
+    if key in layer:
+        return layer[key]
+    node: Any = layer
+    for part in key.split("."):
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, str) and part == "name":
+            break  # `task: npz` is shorthand for `task: {name: npz}`
+        else:
+            return _MISSING
+    return node
 
 
 _MISSING = object()
+_CORE = {option.name: option for option in CORE_OPTIONS}
 
 
 def flatten(
@@ -512,14 +658,16 @@ def flatten(
     return out
 
 
-def resolve(
+def merge(
     layers: Sequence[Mapping[str, Any]],
     options: Iterable[Option],
     defaults: Mapping[str, Any] | None = None,
-) -> Config:
-    """Merge ``layers`` (lowest priority first) over the options' and ``defaults``' values.
+) -> tuple[dict[str, Any], dict[str, Option]]:
+    """Merge ``layers`` (lowest priority first) over the options' and ``defaults``' values:
+    the values, typed and in their bounds, and the options by key.
 
-    Unknown keys and wrong types raise a :class:`FedkitError` naming the valid keys.
+    Unknown keys, wrong types and values out of bounds raise a :class:`FedkitError` (an
+    unknown key's names the valid keys).
     """
     known = {opt.name: opt for opt in options}
     values = {name: opt.default for name, opt in known.items()}
@@ -535,4 +683,13 @@ def resolve(
                     )
                 raise unknown("config key", key, known)
             values[key] = known[key].coerce(value, key)
-    return Config(values, known)
+    return values, known
+
+
+def resolve(
+    layers: Sequence[Mapping[str, Any]],
+    options: Iterable[Option],
+    defaults: Mapping[str, Any] | None = None,
+) -> Config:
+    """The :class:`Config` that :func:`merge` makes of ``layers``."""
+    return Config(*merge(layers, options, defaults))

@@ -1,20 +1,23 @@
-"""A run's config from its layers: the one place a run's config is resolved.
+"""A run's config from its layers: the one place a run's config is resolved, in one pass.
 
-Which options a run has (the core's, its task's, its plugins' and its engine's), the values
-that default to ``auto``, the task's data path and the ranges of the core's numeric keys are
-decided here, once per run; engines and the CLI receive the resolved :class:`Config`.
+The layers are read once for the choices that decide which options a run has (plugins,
+task, engine, partition preset); the registries give those options once (the core's, the
+task's, the plugins', the engine's); the config is merged, typed and bounds-checked once
+(each option's own bounds: :class:`~fedkit_core.contract.options.Option`), its ``auto`` values and
+data path filled in, and the rules between keys checked (:func:`check_rules`). Engines and
+the CLI receive the resolved :class:`Config`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from fedkit_core.config import CORE_OPTIONS, Config, load_yaml, peek, resolve
+from fedkit_core.config import CORE_OPTIONS, Choices, Config, load_yaml, merge, read_choices
 from fedkit_core.contract.context import ServerContext
 from fedkit_core.contract.data import CLASSIFICATION, SEGMENTATION, TaskInfo
 from fedkit_core.contract.options import Option
@@ -35,26 +38,58 @@ def resolve_config(
     """Validate ``config`` (a dict, a YAML path, or a list of them, later ones winning) and
     activate its plugins (plus ``plugins``: throwaway ``{name: object}`` plugins)."""
     layers = _layers(config)
-    names = peek(layers, "plugins", []) or []
-    names = Option("plugins", "list[str]", []).coerce(names, "plugins")
-    names = [n for n in names if n != "fedavg"] + [n for n in (plugins or {}) if n not in names]
-    plugin_set = PluginSet(names, plugins)
-    spec = get_task(str(peek(layers, "task.name", "synthetic")))
-    task_options = [o.renamed(f"task.{o.name}") for o in spec.options]
-    layers.append({"plugins": names})
+    schema = _schema(read_choices(layers), plugins)
+    values, options = merge([*layers, {"plugins": schema.plugins}], schema.options, schema.defaults)
+    resolved = Config(_fill_auto(values, schema.task), options)
+    check_rules(resolved, schema.plugin_set, schema.task)
+    return resolved, schema.plugin_set
+
+
+@dataclass
+class _Schema:
+    """What a run's choices make of it: its plugins (activated), its task, every option it
+    has, and the defaults that the task and its partition preset give."""
+
+    plugins: list[str]
+    plugin_set: PluginSet
+    task: TaskSpec
+    options: list[Option]
+    defaults: dict[str, Any]
+
+
+def _schema(chosen: Choices, extra: Mapping[str, Any] | None) -> _Schema:
+    """Ask each registry once: the plugins (those chosen, ``fedavg`` meaning none, plus the
+    ``extra`` objects), the task, its partition preset, the engine."""
+    names = [n for n in chosen.plugins if n != "fedavg"]
+    names += [n for n in (extra or {}) if n not in chosen.plugins]
+    plugin_set = PluginSet(names, extra)
+    spec = get_task(chosen.task)
     # a named partition's values are defaults too: anything the user sets wins
-    preset = peek(layers, "partition.preset")
-    defaults = {**spec.defaults, **spec.partition_preset(None if preset is None else str(preset))}
-    engine = engine_options(str(peek(layers, "engine", "local")))
+    defaults = {**spec.defaults, **spec.partition_preset(chosen.preset)}
+    engine = engine_options(chosen.engine)
+    task_options = [o.renamed(f"task.{o.name}") for o in spec.options]
     options = [*_core_options(), *task_options, *plugin_set.options(), *engine]
-    cfg = resolve(layers, options, defaults)
-    values = _fill_auto(dict(cfg), spec)
-    _check_ranges(values)
-    _check_pooled(values, plugin_set)
-    resolved = Config(values, cfg.options)
-    check_plugins(resolved, plugin_set, spec)
-    check_aggregation(resolved, plugin_set)
-    return resolved, plugin_set
+    return _Schema(names, plugin_set, spec, options, defaults)
+
+
+def check_rules(config: Config, plugins: PluginSet, spec: TaskSpec) -> None:
+    """The checks of a resolved config that are not one key's bounds (those are the
+    options' own): a list's length, keys that exclude each other, the plugins' and the
+    privacy checks, the aggregation's needs. Every run's config passes here."""
+    for key, fits in _LENGTHS.items():
+        if config[key] is not None and not fits(len(config[key])):
+            raise config.options[key].refusal(config[key], key)
+    if spec.kind == CLASSIFICATION and config["loss"] in ("dice", "dice_ce"):
+        raise FedkitError(
+            f"loss={config['loss']} is for segmentation; task {spec.name!r} is classification"
+        )
+    _check_pooled(config, plugins)
+    check_plugins(config, plugins, spec)
+    check_aggregation(config, plugins)
+
+
+#: the lengths the core's list keys must have (their items' bounds are the options')
+_LENGTHS = {"adam_betas": lambda n: n == 2, "unet_channels": lambda n: n > 0}
 
 
 def check_plugins(config: Config, plugins: PluginSet, spec: TaskSpec) -> None:
@@ -117,61 +152,4 @@ def _fill_auto(values: dict[str, Any], spec: TaskSpec) -> dict[str, Any]:
     values["task.path"] = spec.resolve_path(values["task.path"])
     if values["model"] == "auto":
         values["model"] = "unet" if spec.kind == SEGMENTATION else "cnn"
-    if spec.kind == CLASSIFICATION and values["loss"] in ("dice", "dice_ce"):
-        raise FedkitError(
-            f"loss={values['loss']} is for segmentation; task {spec.name!r} is classification"
-        )
     return values
-
-
-#: the largest ``task.image_size``: a 3-channel float image of this side is 200 MB
-MAX_IMAGE_SIZE = 4096
-
-#: (keys, test, what the values must be) for the core's numeric keys; None is always allowed
-_RANGES: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...] = (
-    (
-        (
-            "rounds",
-            "local_epochs",
-            "batch_size",
-            "eval_batch_size",
-            "eval_every",
-            "clients",
-            "evaluation_bins",
-        ),
-        lambda v: v >= 1,
-        "at least 1",
-    ),
-    (
-        ("task.image_size",),
-        lambda v: 1 <= v <= MAX_IMAGE_SIZE,
-        f"in [1, {MAX_IMAGE_SIZE}] (or null: no resizing)",
-    ),
-    (
-        ("seed", "min_clients", "partition.min_size", "client_retries"),
-        lambda v: v >= 0,
-        "0 or more",
-    ),
-    (("client_timeout",), lambda v: v > 0, "above 0 (or null: no limit)"),
-    (("lr", "partition.alpha", "lr_gamma"), lambda v: v > 0, "above 0"),
-    (("momentum", "weight_decay"), lambda v: v >= 0, "0 or more"),
-    (("grad_clip",), lambda v: v > 0, "above 0 (or null: no clipping)"),
-    (("adam_betas",), lambda v: len(v) == 2 and all(0 <= x < 1 for x in v), "two values in [0, 1)"),
-    (
-        ("unet_channels",),
-        lambda v: len(v) > 0 and all(x >= 1 for x in v),
-        "at least 1 each, not empty",
-    ),
-    (("partition.alphas", "partition.fractions"), lambda v: all(x > 0 for x in v), "all above 0"),
-    (("sample_fraction",), lambda v: 0 < v <= 1, "in (0, 1]"),
-    (("task.val_fraction", "task.test_fraction"), lambda v: 0 < v < 1, "in (0, 1)"),
-    (("partition.drop_prob",), lambda v: 0 <= v < 1, "in [0, 1)"),
-    (("task.std",), lambda v: all(x > 0 for x in v), "all above 0"),
-)
-
-
-def _check_ranges(values: Mapping[str, Any]) -> None:
-    for keys, ok, what in _RANGES:
-        for key in keys:
-            if values.get(key) is not None and not ok(values[key]):
-                raise FedkitError(f"{key} must be {what}, got {values[key]}")

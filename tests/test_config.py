@@ -132,3 +132,88 @@ def test_a_key_given_twice_in_a_yaml_file_is_refused_naming_both_lines(tmp_path)
         safe_yaml("task: {a: 1, a: 2}", "--set")
     merged = "base: &b {lr: 0.1, rounds: 2}\nrun:\n  <<: *b\n  lr: 0.5\n"
     assert safe_yaml(merged, "x")["run"] == {"lr": 0.5, "rounds": 2}  # a merge may be overridden
+
+
+def test_exclusive_bounds_refuse_the_bound_itself():
+    opt = Option("rate", float, 0.5, gt=0, lt=1)
+    assert opt.coerce("0.25", "k") == 0.25
+    with pytest.raises(FedkitError, match=r"^config key 'k' must be > 0, got 0$"):
+        opt.coerce(0, "k")
+    with pytest.raises(FedkitError, match=r"^config key 'k' must be < 1, got 1$"):
+        opt.coerce(1.0, "k")
+    share = Option("share", float, 1.0, gt=0, max=1)  # one side exclusive, one inclusive
+    assert share.coerce(1, "k") == 1.0 and share.coerce(1e-12, "k") == 1e-12
+    with pytest.raises(FedkitError, match="must be > 0, got 0"):
+        share.coerce(0.0, "k")
+    items = Option("alphas", "list[float]", None, gt=0)
+    assert items.coerce([0.5, 2], "k") == [0.5, 2.0] and items.coerce(None, "k") is None
+    with pytest.raises(FedkitError, match=r"'k' must be > 0, got 0$"):
+        items.coerce([1, 0], "k")
+
+
+def test_exclusive_bounds_show_in_describe():
+    assert Option("a", float, 0.5, gt=0, lt=1).describe() == "float in (0, 1)"
+    assert Option("a", float, 0.5, gt=0, max=1).describe() == "float in (0, 1]"
+    assert Option("a", float, 0.5, min=0, lt=1).describe() == "float in [0, 1)"
+    assert Option("a", float, None, gt=0).describe() == "float or null > 0"
+    assert Option("a", "list[float]", [], lt=2.5).describe() == "list[float] < 2.5"
+
+
+def test_bad_exclusive_bounds_are_caught_where_declared():
+    with pytest.raises(ValueError, match="give min .inclusive. or gt .exclusive., not both"):
+        Option("a", float, 1.0, min=0, gt=0)
+    with pytest.raises(ValueError, match="give max .inclusive. or lt .exclusive., not both"):
+        Option("a", float, 0.5, max=1, lt=1)
+    with pytest.raises(ValueError, match="no value is above 1 and below 1"):
+        Option("a", float, None, gt=1, lt=1)
+    with pytest.raises(ValueError, match="numeric type"):
+        Option("a", str, "x", gt=0)
+    with pytest.raises(ValueError, match="needs min/max/gt/lt"):
+        Option("a", int, 1, rule="at least 1")
+    with pytest.raises(FedkitError, match="must be > 0, got 0"):
+        Option("a", float, 0.0, gt=0)  # the default is checked too
+
+
+def test_a_rule_says_the_bounds_in_words():
+    """The core's keys say their bounds in words (as before they were options' bounds)."""
+    opt = Option("timeout", float, None, gt=0, rule="above 0 (or null: no limit)")
+    assert opt.coerce(None, "timeout") is None
+    with pytest.raises(
+        FedkitError, match=r"^timeout must be above 0 \(or null: no limit\), got 0.0$"
+    ):
+        opt.coerce(0, "timeout")
+    assert opt.describe() == "float or null > 0"
+
+
+@pytest.mark.parametrize(
+    "key, good, bad, message",
+    [
+        ("rounds", 1, 0, "rounds must be at least 1, got 0"),
+        ("clients", None, 0, "clients must be at least 1, got 0"),
+        ("seed", 0, -1, "seed must be 0 or more, got -1"),
+        ("client_timeout", 0.001, 0, r"client_timeout must be above 0 \(or null: no limit\)"),
+        ("lr", 1e-9, 0, "lr must be above 0, got 0.0"),
+        ("sample_fraction", 1, 0, r"sample_fraction must be in \(0, 1\], got 0.0"),
+        ("task.val_fraction", 0.5, 1, r"task.val_fraction must be in \(0, 1\), got 1.0"),
+        ("partition.drop_prob", 0, 1, r"partition.drop_prob must be in \[0, 1\), got 1.0"),
+        ("task.image_size", 4096, 4097, r"task.image_size must be in \[1, 4096\] \(or null"),
+        ("adam_betas", [0.0, 0.99], [0.9, 1.0], r"adam_betas must be two values in \[0, 1\)"),
+        ("partition.alphas", [0.1, 2], [1, 0], r"partition.alphas must be all above 0, got"),
+        ("deadline", 1e-12, 0, "config key 'deadline' must be > 0, got 0"),
+        ("async.alpha", 1, 0, "config key 'async.alpha' must be > 0, got 0"),
+    ],
+)
+def test_the_core_keys_bounds_are_their_options(key, good, bad, message):
+    """No table of ranges beside the options: resolving the core options alone checks them."""
+    assert resolve([{key: good}], CORE_OPTIONS)[key] == good
+    with pytest.raises(FedkitError, match=message):
+        resolve([{key: bad}], CORE_OPTIONS)
+
+
+def test_list_lengths_are_checked_with_the_keys_words():
+    with pytest.raises(
+        FedkitError, match=r"^adam_betas must be two values in \[0, 1\), got \[0.5\]$"
+    ):
+        resolve_config({"adam_betas": [0.5]})
+    with pytest.raises(FedkitError, match=r"^unet_channels must be at least 1 each, not empty"):
+        resolve_config({"unet_channels": []})

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fedkit_core.errors import FedkitError
@@ -19,9 +20,14 @@ class Option:
 
     ``type`` is one of ``int``, ``float``, ``bool``, ``str``, ``list[int]``,
     ``list[float]``, ``list[str]``, ``dict``, ``list[dict]`` (a Python type or its name).
-    A default of ``None`` makes the option nullable. ``choices`` restricts the allowed values and ``min``
-    and ``max`` are inclusive bounds of a number (each of a list's items), checked when the
-    config is resolved, before any data is loaded.
+    A default of ``None`` makes the option nullable. ``choices`` restricts the allowed values.
+
+    Bounds of a number (each of a list's items), checked when the config is resolved, before
+    any data is loaded: ``min`` and ``max`` are inclusive (``value >= min``), ``gt`` and
+    ``lt`` exclusive (``value > gt``: ``Option("lr", float, 1e-3, gt=0)``); a side takes one
+    of the two. A value out of bounds is refused as ``config key 'k' must be > 0, got 0``, or,
+    where ``rule`` says the bounds in words, as ``k must be <rule>, got 0`` (the core's keys:
+    ``rule="above 0 (or null: no limit)"``).
     """
 
     name: str
@@ -32,20 +38,64 @@ class Option:
     nullable: bool = False
     min: float | None = None
     max: float | None = None
+    gt: float | None = None
+    lt: float | None = None
+    rule: str = ""
+    _bounds: tuple[tuple[float, str], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         kind = self.type.__name__ if isinstance(self.type, type) else str(self.type)
         if kind not in _TYPES:
             raise ValueError(f"option {self.name!r}: unsupported type {self.type!r}")
         object.__setattr__(self, "type", kind)
-        if (self.min is not None or self.max is not None) and kind not in _NUMERIC:
-            raise ValueError(f"option {self.name!r}: min/max need a numeric type, not {kind}")
-        if self.min is not None and self.max is not None and self.min > self.max:
-            raise ValueError(f"option {self.name!r}: min {self.min} is above max {self.max}")
+        self._check_bounds(kind)
+        # (limit, symbol) of each bound: what every value of this option is checked against
+        bounds = tuple((b[0], b[2]) for b in (self._lower(), self._upper()) if b is not None)
+        object.__setattr__(self, "_bounds", bounds)
         if self.default is None:
             object.__setattr__(self, "nullable", True)
         elif self.default is not None:
             object.__setattr__(self, "default", self.coerce(self.default, self.name))
+
+    def _check_bounds(self, kind: str) -> None:
+        """Refuse bounds that cannot work: on a type without numbers, both an inclusive and
+        an exclusive bound on one side, a lower bound above the upper one, words without
+        bounds."""
+        lower, upper = self._lower(), self._upper()
+        if (lower or upper) and kind not in _NUMERIC:
+            raise ValueError(f"option {self.name!r}: min/max/gt/lt need a numeric type, not {kind}")
+        for inclusive, exclusive in (("min", "gt"), ("max", "lt")):
+            if getattr(self, inclusive) is not None and getattr(self, exclusive) is not None:
+                raise ValueError(
+                    f"option {self.name!r}: give {inclusive} (inclusive) or {exclusive} "
+                    "(exclusive), not both"
+                )
+        if lower and upper:
+            (low, low_name, _), (high, high_name, _) = lower, upper
+            if low > high or (low == high and (self.gt is not None or self.lt is not None)):
+                raise ValueError(
+                    f"option {self.name!r}: {low_name} {low} is above {high_name} {high}"
+                    if low > high
+                    else f"option {self.name!r}: no value is above {low} and below {high}"
+                )
+        if self.rule and not (lower or upper):
+            raise ValueError(f"option {self.name!r}: rule {self.rule!r} needs min/max/gt/lt")
+
+    def _lower(self) -> tuple[float, str, str] | None:
+        """The lower bound as (value, field, symbol), if any."""
+        if self.min is not None:
+            return self.min, "min", ">="
+        if self.gt is not None:
+            return self.gt, "gt", ">"
+        return None
+
+    def _upper(self) -> tuple[float, str, str] | None:
+        """The upper bound as (value, field, symbol), if any."""
+        if self.max is not None:
+            return self.max, "max", "<="
+        if self.lt is not None:
+            return self.lt, "lt", "<"
+        return None
 
     def renamed(self, name: str) -> Option:
         """This option under another key (e.g. namespaced ``<plugin>.<name>``), all else kept."""
@@ -56,12 +106,14 @@ class Option:
         kind = self.type + (" or null" if self.nullable else "")
         if self.choices:
             kind = " | ".join(map(str, self.choices))
-        if self.min is not None and self.max is not None:
-            kind += f" in [{_number(self.min)}, {_number(self.max)}]"
-        elif self.min is not None:
-            kind += f" >= {_number(self.min)}"
-        elif self.max is not None:
-            kind += f" <= {_number(self.max)}"
+        lower, upper = self._lower(), self._upper()
+        if lower and upper:
+            opening = "[" if self.gt is None else "("
+            closing = "]" if self.lt is None else ")"
+            kind += f" in {opening}{_number(lower[0])}, {_number(upper[0])}{closing}"
+        elif lower or upper:
+            bound, _, symbol = lower or upper  # type: ignore[misc]
+            kind += f" {symbol} {_number(bound)}"
         return kind
 
     def coerce(self, value: Any, key: str) -> Any:
@@ -98,19 +150,33 @@ class Option:
                 f"config key {key!r} must be one of {', '.join(map(str, self.choices))}"
                 f"{' (each item)' if isinstance(result, list) else ''}; got {short_repr(result)}"
             )
-        if self.min is not None or self.max is not None:
+        for limit, symbol in self._bounds:
             for number in items:
-                self._check_range(number, key)
+                if not _OPERATORS[symbol](number, limit):
+                    raise self.refusal(result, key, f"{symbol} {_number(limit)}", number)
         return result
 
-    def _check_range(self, value: float, key: str) -> None:
-        if self.min is not None and value < self.min:
-            bound = f">= {_number(self.min)}"
-        elif self.max is not None and value > self.max:
-            bound = f"<= {_number(self.max)}"
-        else:
-            return
-        raise FedkitError(f"config key {key!r} must be {bound}, got {_number(value)}")
+    def refusal(
+        self, value: Any, key: str, bound: str = "", number: float | None = None
+    ) -> FedkitError:
+        """The error refusing ``value`` of ``key``: in this option's ``rule`` where it has
+        one (``key must be <rule>, got <value>``), else naming the ``bound`` the ``number``
+        (the value or one of its items) broke (``config key 'key' must be >= 0, got -1``).
+        Checks of a key that are not ranges (a list's length) refuse with it too."""
+        if self.rule:
+            return FedkitError(f"{key} must be {self.rule}, got {value}")
+        return FedkitError(
+            f"config key {key!r} must be {bound}, got {_number(value if number is None else number)}"
+        )
+
+
+#: the test of each bound's symbol: the value passes when it holds
+_OPERATORS: dict[str, Callable[[float, float], bool]] = {
+    ">=": operator.ge,
+    ">": operator.gt,
+    "<=": operator.le,
+    "<": operator.lt,
+}
 
 
 #: the words YAML 1.1 (config files, ``--set``) reads as a boolean
