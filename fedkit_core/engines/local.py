@@ -18,7 +18,6 @@ import torch
 
 from fedkit_core.config import Config
 from fedkit_core.contract.context import ClientContext, derive_seed
-from fedkit_core.contract.messages import Message
 from fedkit_core.contract.observer import Observer
 from fedkit_core.contract.options import Option
 from fedkit_core.devices import place_model
@@ -29,13 +28,11 @@ from fedkit_core.engines.model import build_model
 from fedkit_core.engines.pool import ModelPool
 from fedkit_core.engines.server import Server, round_half_up
 from fedkit_core.engines.workers import (
+    LocalTransport,
     WorkerTransport,
     auto_workers,
     cpu_cores,
-    deliver,
     parse_workers,
-    tolerant,
-    with_attempts,
 )
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import prepare
@@ -44,42 +41,6 @@ from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir
 
 log = logging.getLogger("fedkit")
-
-
-class LocalTransport:
-    """Delivers messages by calling each client's ``handle`` in this process, one client
-    after the other (see :func:`~fedkit_core.engines.workers.deliver`): a raising client
-    becomes a failed reply (``error`` set, the exception kept for in-process re-raising),
-    re-sent up to ``client_retries`` times from its state before the message. With
-    ``stores``, each client checkpoints itself there (see :func:`checkpoint_client`)."""
-
-    def __init__(
-        self,
-        clients: dict[str, ClientRuntime],
-        observer: Observer,
-        stores: dict[str, ClientCheckpoints] | None = None,
-    ):
-        self.clients = clients
-        self.observer = observer
-        self.stores = stores
-
-    def send(self, messages: dict[str, Message]) -> dict[str, Message]:
-        replies: dict[str, Message] = {}
-        for done, (cid, message) in enumerate(messages.items(), start=1):
-            client = self.clients[cid]
-            store = self.stores[cid] if self.stores is not None else None
-            config = client.ctx.config
-            for attempt in range(1, config["client_retries"] + 2):
-                reply, _ = deliver(client, message, store, keep_before=tolerant(config))
-                if reply.error is None or attempt > config["client_retries"]:
-                    break
-                log.warning("client %s: %s; retrying", cid, reply.error)
-            if reply.error is not None:
-                reply.error = with_attempts(reply.error, attempt)
-            replies[cid] = reply
-            phase = str(message.scalars.get("query", message.kind))
-            self.observer.on_phase(int(message.scalars.get("round", 0)), phase, done, len(messages))
-        return replies
 
 
 class LocalEngine:

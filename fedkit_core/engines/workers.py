@@ -1,4 +1,5 @@
-"""Clients in worker processes for the local engine: parallel clients, timeouts, retries.
+"""How the local engine reaches its clients: in this process (:class:`LocalTransport`), or in
+worker processes (:class:`WorkerTransport`: parallel clients, timeouts, retries).
 
 :class:`WorkerTransport` forks ``N`` worker processes after the clients are built (the
 isolation every engine uses for a stoppable client, :mod:`fedkit_core.engines.isolation`); client
@@ -221,6 +222,42 @@ class _Worker:
     queue: deque[str] = field(default_factory=deque)
     busy: str | None = None  # the client whose message is in flight
     deadline: float = float("inf")
+
+
+class LocalTransport:
+    """Delivers messages by calling each client's ``handle`` in this process, one client
+    after the other (see :func:`deliver`): a raising client
+    becomes a failed reply (``error`` set, the exception kept for in-process re-raising),
+    re-sent up to ``client_retries`` times from its state before the message. With
+    ``stores``, each client checkpoints itself there (see :func:`checkpoint_client`)."""
+
+    def __init__(
+        self,
+        clients: dict[str, ClientRuntime],
+        observer: Observer,
+        stores: dict[str, ClientCheckpoints] | None = None,
+    ):
+        self.clients = clients
+        self.observer = observer
+        self.stores = stores
+
+    def send(self, messages: dict[str, Message]) -> dict[str, Message]:
+        replies: dict[str, Message] = {}
+        for done, (cid, message) in enumerate(messages.items(), start=1):
+            client = self.clients[cid]
+            store = self.stores[cid] if self.stores is not None else None
+            config = client.ctx.config
+            for attempt in range(1, config["client_retries"] + 2):
+                reply, _ = deliver(client, message, store, keep_before=tolerant(config))
+                if reply.error is None or attempt > config["client_retries"]:
+                    break
+                log.warning("client %s: %s; retrying", cid, reply.error)
+            if reply.error is not None:
+                reply.error = with_attempts(reply.error, attempt)
+            replies[cid] = reply
+            phase = str(message.scalars.get("query", message.kind))
+            self.observer.on_phase(int(message.scalars.get("round", 0)), phase, done, len(messages))
+        return replies
 
 
 class WorkerTransport:
