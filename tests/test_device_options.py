@@ -17,7 +17,7 @@ from fedkit_core.devices import (
     input_layout,
     place_model,
 )
-from fedkit_core.engines import context
+from fedkit_core.contract import context
 from fedkit_core.federation import prepare
 from fedkit_core.resolve import resolve_config
 from fedkit_core.testing import tiny as any_device
