@@ -15,8 +15,9 @@
 # when it lacks fedkit or Flower (pip install 'fedkit[flower]'); --dry-run stops after that
 # check, before starting anything. INSECURE=1
 # runs without TLS and node authentication (plain HTTP: only to debug the script);
-# SUPERNODE_ARGS adds options to each `fedkit flower supernode` (e.g. --no-warm: Flower's
-# fresh ClientApp process per message, as before fedkit's warm SuperNode). INTRUDER=1 (with
+# SUPERNODE_ARGS adds options to each `fedkit flower supernode` (e.g. --warm: fedkit's opt-in
+# warm SuperNode, which keeps each client in one process instead of Flower's fresh ClientApp
+# process per message; see docs/engines.md, "the fast layer"). INTRUDER=1 (with
 # TLS) also plays an outsider holding only the public ca.crt and a key of its own: it tries
 # to register its key (`flwr supernode register`) on the Fleet address and on the operator
 # address, to unregister a hospital's node, and starts a fourth SuperNode with its key. The
