@@ -10,12 +10,14 @@ Gaussian over all its steps) and reports its epsilon.
 
 Two ways to clip, the same mechanism (``dp.grad_sample``, see :class:`PerSampleClipping`):
 
-* ``ghost``: Opacus's ghost clipping (Li et al. 2022, Bu et al. 2023). A first backward pass
-  of the batch's mean loss gives each sample's gradient norm, layer by layer, without storing
-  per-sample gradients (linear layers: from the norms of their inputs and output gradients;
-  other layers: a per-sample gradient of that layer alone, reduced to its norm at once); a
-  second pass of ``sum_i c_i * loss_i``, ``c_i = min(1, C / norm_i)``, gives the sum of the
-  clipped gradients. It needs each sample's loss: fedkit has it for its built-in task losses
+* ``ghost``: ghost clipping (Li et al. 2022) on Opacus's ghost-clipping hooks, in one
+  backward pass (Bu et al. 2023's book-keeping, :mod:`.bookkeeping`): the backward pass of the
+  batch's mean loss gives each sample's gradient norm layer by layer without storing
+  per-sample gradients of linear layers (their norms come from the norms of their inputs and
+  output gradients; other layers' per-sample gradients are computed for that layer alone);
+  the clipped sum ``sum_i c_i * g_i``, ``c_i = min(1, C / norm_i)``, is then assembled from
+  what the hooks kept, where Opacus's own ghost clipping runs a second backward pass. It
+  needs each sample's loss: fedkit has it for its built-in task losses
   (:func:`~fedkit_core.builtins.losses.task_loss_per_sample`), so ghost applies when no
   plugin replaces the task loss or adds loss terms.
 * ``hooks``: Opacus's ``GradSampleModule`` stores every sample's gradient of every parameter
@@ -205,12 +207,13 @@ class PerSampleClipping:
         generator: torch.Generator,
     ):
         from opacus import GradSampleModule
-        from opacus.grad_sample import GradSampleModuleFastGradientClipping
         from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping
+
+        from fedkit_core.privacy.bookkeeping import BookkeepingModule
 
         self.model, self.mode, self.clip = model, mode, clip
         if mode == GHOST:
-            self.module = GradSampleModuleFastGradientClipping(
+            self.module = BookkeepingModule(
                 model, loss_reduction="mean", strict=False, max_grad_norm=clip
             )
             wrapper = DPOptimizerFastGradientClipping
@@ -231,22 +234,15 @@ class PerSampleClipping:
     ) -> None:
         """Leave what the optimiser's step needs: per-sample gradients (hooks: ``loss``,
         the batch's mean loss, backward) or the sum of the clipped gradients in ``.grad``
-        (ghost: two passes over ``per_sample()``, each sample's loss, shape (N,))."""
+        (ghost: one backward pass of the mean of ``per_sample()``, each sample's loss, shape
+        (N,), whose hooks give the norms and the parts of that sum)."""
         if self.mode == HOOKS:
             loss.backward()
             return
-        losses = per_sample()
-        losses.mean().backward(retain_graph=True)  # the hooks take each sample's norm
-        coefficients = self._coefficients().to(losses.device)
-        self.optimizer.zero_grad(set_to_none=True)
-        self.module.disable_hooks()
-        try:
-            (coefficients * losses).sum().backward()
-        finally:
-            self.module.enable_hooks()
+        per_sample().mean().backward()
+        clipped = self.module.clipped_gradients(self._coefficients())
         for p in self.optimizer.params:  # a parameter the batch did not reach: no gradient
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
+            p.grad = clipped[p] if p in clipped else torch.zeros_like(p)
 
     def _coefficients(self) -> torch.Tensor:
         """``min(1, C / (norm_i + 1e-6))`` per sample (as Opacus's optimisers clip), from the
