@@ -6,8 +6,13 @@ Variants, each a fresh process, run in alternation ``--repeats`` times:
 * ``plain``: the anchor job as it is;
 * ``client``: ``dp.level=client`` (DP-FedAvg: clipping on the clients, noise on the sum),
   ``dp.noise_multiplier=1``;
-* ``sample``: ``dp.level=sample`` (DP-SGD on every client through Opacus: per-sample
-  gradients, clipping, noise, Poisson batches), ``dp.noise_multiplier=1``.
+* ``sample-ghost``: ``dp.level=sample`` (DP-SGD on every client through Opacus: per-sample
+  clipping, noise, Poisson batches), ``dp.noise_multiplier=1``, by ghost clipping
+  (``dp.grad_sample=ghost``, what ``auto`` picks for this job);
+* ``sample-hooks``: the same with Opacus's stored per-sample gradients
+  (``dp.grad_sample=hooks``).
+
+``sample`` stands for both sample-level variants.
 
 Printed: the steady round (median of rounds 2 to ROUNDS-1, as anchor_job times them) and the
 wall time of each variant, their medians over repeats, and the paired ratio of each private
@@ -16,6 +21,7 @@ geometric mean with its 95% interval (anchor_job's :func:`paired_ratio`). Target
 level within 1.1x a plain round, sample level within 2x.
 
     python benchmarks/dp_cost.py [--repeats 3] [--variants plain,client,sample]
+    python benchmarks/dp_cost.py --variants plain,sample-ghost --rounds 3
 """
 
 from __future__ import annotations
@@ -37,8 +43,22 @@ import anchor_job  # noqa: E402  (the anchor job's machinery)
 VARIANTS = {
     "plain": {},
     "client": {"dp.level": "client", "dp.noise_multiplier": 1.0, "dp.clip": 1.0},
-    "sample": {"dp.level": "sample", "dp.noise_multiplier": 1.0, "dp.clip": 1.0},
+    "sample-ghost": {
+        "dp.level": "sample",
+        "dp.noise_multiplier": 1.0,
+        "dp.clip": 1.0,
+        "dp.grad_sample": "ghost",
+    },
+    "sample-hooks": {
+        "dp.level": "sample",
+        "dp.noise_multiplier": 1.0,
+        "dp.clip": 1.0,
+        "dp.grad_sample": "hooks",
+    },
 }
+#: a name on --variants that stands for several variants
+ALIASES = {"sample": ["sample-ghost", "sample-hooks"]}
+TARGETS = {"client": 1.1, "sample-ghost": 2.0, "sample-hooks": 2.0}
 
 
 class CpuClock:
@@ -110,7 +130,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default="plain,client,sample")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--rounds", type=int, default=anchor_job.ROUNDS, help="rounds per run (steady: 2..n-1)"
@@ -123,7 +143,10 @@ def main() -> None:
     if args.worker:
         worker(args.worker, args.sites, args.seed, args.rounds, args.report)
         return
-    variants = [v for v in args.variants.split(",") if v]
+    variants = [x for v in args.variants.split(",") if v for x in ALIASES.get(v, [v])]
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        parser.error(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
     repeats: list[dict[str, dict]] = []
     with tempfile.TemporaryDirectory() as tmp:
         sites = anchor_job.write_sites(args.data, args.seed, Path(tmp) / "anchor_sites.npz")
@@ -143,21 +166,21 @@ def main() -> None:
         f"medians of {args.repeats} repeats"
     )
     print(
-        f"{'variant':8s} {'wall s':>8s} {'round s':>8s} {'CPU s':>8s} {'accuracy':>9s} "
+        f"{'variant':12s} {'wall s':>8s} {'round s':>8s} {'CPU s':>8s} {'accuracy':>9s} "
         f"{'epsilon':>8s}"
     )
     for variant in variants:
         runs = [rep[variant] for rep in repeats]
         eps = runs[0]["epsilon"]
         print(
-            f"{variant:8s} {statistics.median(r['wall'] for r in runs):8.2f} "
+            f"{variant:12s} {statistics.median(r['wall'] for r in runs):8.2f} "
             f"{statistics.median(r['round'] for r in runs):8.3f} "
             f"{statistics.median(r['cpu'] for r in runs):8.3f} "
             f"{statistics.median(r['accuracy'] for r in runs):9.4f} "
             f"{'-' if eps is None else f'{eps:.3f}':>8s}"
         )
     if "plain" in variants:
-        for variant, target in (("client", 1.1), ("sample", 2.0)):
+        for variant, target in TARGETS.items():
             if variant not in variants:
                 continue
             for key, what in (("round", "wall"), ("cpu", "CPU")):

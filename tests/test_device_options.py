@@ -10,6 +10,7 @@ import torch
 
 from fedkit_core import run
 from fedkit_core.cli import main
+from fedkit_core.contract import context
 from fedkit_core.devices import (
     DataPlacement,
     as_float32,
@@ -17,7 +18,6 @@ from fedkit_core.devices import (
     input_layout,
     place_model,
 )
-from fedkit_core.contract import context
 from fedkit_core.federation import prepare
 from fedkit_core.resolve import resolve_config
 from fedkit_core.testing import tiny as any_device

@@ -249,9 +249,12 @@ class ClientRuntime:
                 values = [t.reshape(()) for t in terms.values()]
                 loss = values[0] if len(values) == 1 else torch.stack(values).sum()
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if clip:
-                    torch.nn.utils.clip_grad_norm_(params, clip)
+                if dpsgd is not None:  # DP-SGD clips each sample's gradient (not grad_clip)
+                    dpsgd.backward(loss, batch, outputs)
+                else:
+                    loss.backward()
+                    if clip:
+                        torch.nn.utils.clip_grad_norm_(params, clip)
                 optimizer.step()
                 steps += 1
                 sums["loss"] += loss.detach()

@@ -25,15 +25,24 @@ def balanced_softmax_ce(
 
 
 @lru_cache(maxsize=4)
-def _dice(include_background: bool):
+def _dice(include_background: bool, reduction: str = "mean"):
     require("monai", "the Dice loss (segmentation)")
     from monai.losses import DiceLoss
 
-    return DiceLoss(include_background=include_background, to_onehot_y=True, softmax=True)
+    return DiceLoss(
+        include_background=include_background, to_onehot_y=True, softmax=True, reduction=reduction
+    )
 
 
 def dice_loss(
-    logits: torch.Tensor, target: torch.Tensor, include_background: bool = True
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    include_background: bool = True,
+    per_sample: bool = False,
 ) -> torch.Tensor:
-    """Soft Dice loss (MONAI) of (N, C, ...) logits against (N, ...) label maps."""
+    """Soft Dice loss (MONAI) of (N, C, ...) logits against (N, ...) label maps;
+    ``per_sample``: each sample's loss, shape (N,), whose mean is the loss."""
+    if per_sample:
+        loss = _dice(include_background, "none")(logits, target.unsqueeze(1))
+        return loss.flatten(1).mean(1)
     return _dice(include_background)(logits, target.unsqueeze(1))

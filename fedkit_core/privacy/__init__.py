@@ -8,7 +8,9 @@ a membership-inference check (see docs/privacy.md).
 * :mod:`.accounting`: epsilon, calibration and budgets from Google's dp-accounting;
 * :mod:`.client_level`: DP-FedAvg's clipping, noise and adaptive clipping;
 * :mod:`.layer`: the server's privacy layer (what the Server asks each round);
-* :mod:`.sample_level`: DP-SGD on each client through Opacus;
+* :mod:`.sample_level`: DP-SGD on each client through Opacus (ghost clipping or stored
+  per-sample gradients);
+* :mod:`.bookkeeping`: ghost clipping in one backward pass on Opacus's hooks;
 * :mod:`.secure`: Flower's SecAgg+ workflow and mod around fedkit's fit exchange;
 * :mod:`.runspec`, :mod:`.report`: ``dp(...)`` runspecs and the privacy-utility summary of
   ``fedkit compare``;

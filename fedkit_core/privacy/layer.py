@@ -35,9 +35,9 @@ from fedkit_core.privacy.options import CLIENT, NONE, SAMPLE
 CLIP = "dp.clip"
 #: update scalar: 1 when the client's update was within the norm (adaptive clipping)
 UNCLIPPED = "dp.unclipped"
-#: update scalars of sample-level DP: the client's epsilon so far, its noise multiplier, and
-#: whether its budget pays for no further round
-EPSILON, SIGMA, LAST = "dp.epsilon", "dp.noise_multiplier", "dp.last"
+#: update scalars of sample-level DP: the client's epsilon so far, its noise multiplier,
+#: whether its budget pays for no further round, and whether it clipped by ghost clipping
+EPSILON, SIGMA, LAST, GHOST = "dp.epsilon", "dp.noise_multiplier", "dp.last", "dp.ghost"
 #: the id of the one update the aggregator sees under client-level DP or secure aggregation
 AGGREGATE = "dp-aggregate"
 #: the adaptive-clipping bit's entry in a securely aggregated vector
@@ -181,6 +181,11 @@ class ServerPrivacy:
                 )
                 if update.scalars.get(LAST):
                     state["exhausted"] = rnd
+                if GHOST in update.scalars:
+                    modes = set(state.get("grad_sample", [])) | {
+                        "ghost" if update.scalars[GHOST] else "hooks"
+                    }
+                    state["grad_sample"] = sorted(modes)
             return [
                 Update(u.client_id, u.arrays, {"num_examples": u.num_examples}) for u in updates
             ]
@@ -340,6 +345,7 @@ class ServerPrivacy:
                 client_noise_multipliers=dict(state.get("sigmas", {})),
                 client_epsilons=dict(state.get("epsilons", {})),
                 neighbouring="add or remove one training sample of a client",
+                grad_sample="/".join(state.get("grad_sample", [])) or None,
                 calibrated=self.target is not None and self.config["dp.on_target"] == "calibrate",
             )
         return out

@@ -7,6 +7,8 @@ from fedkit_core.contract.options import Option
 
 #: dp.level values
 NONE, CLIENT, SAMPLE = "none", "client", "sample"
+#: dp.grad_sample values: how DP-SGD clips each sample's gradient
+AUTO, GHOST, HOOKS = "auto", "ghost", "hooks"
 
 DP_OPTIONS = (
     Option(
@@ -91,6 +93,18 @@ DP_OPTIONS = (
         "the accountant of dp-accounting: rdp (Renyi DP) or pld (privacy loss distributions, "
         "tighter, slower)",
         choices=("rdp", "pld"),
+    ),
+    Option(
+        "grad_sample",
+        str,
+        AUTO,
+        "sample level: how each sample's gradient is clipped (the same bound, noise and "
+        "accounting either way): ghost (Opacus ghost clipping: per-sample gradient norms "
+        "without storing per-sample gradients, then a backward pass of the clipped loss; "
+        "needs each sample's loss, which fedkit has for its built-in task losses with no "
+        "plugin loss terms), hooks (Opacus's per-sample gradients: any loss), or auto (ghost "
+        "where it applies, else hooks, with a note)",
+        choices=(AUTO, GHOST, HOOKS),
     ),
     Option(
         "batchnorm",

@@ -2,11 +2,28 @@
 
 Per local step a Poisson sample of the client's training set (each sample with probability
 ``q = batch_size / n``; ``round(n / batch_size)`` steps an epoch, as Opacus's DPDataLoader) is
-drawn from the client's round generator; Opacus's ``GradSampleModule`` computes per-sample
-gradients, its ``DPOptimizer`` clips each to norm ``dp.clip``, adds Gaussian noise of std
-``sigma * clip`` (drawn from a generator seeded from the run) and steps the client's own
-optimiser (SGD, Adam: any). The client keeps its own accountant (:mod:`.accounting`, Poisson
-sampled Gaussian over all its steps) and reports its epsilon.
+drawn from the client's round generator; each sample's gradient is clipped to norm ``dp.clip``,
+Gaussian noise of std ``sigma * clip`` (drawn from a generator seeded from the run) is added to
+their sum, which is divided by the expected batch size and steps the client's own optimiser
+(SGD, Adam: any). The client keeps its own accountant (:mod:`.accounting`, Poisson sampled
+Gaussian over all its steps) and reports its epsilon.
+
+Two ways to clip, the same mechanism (``dp.grad_sample``, see :class:`PerSampleClipping`):
+
+* ``ghost``: ghost clipping (Li et al. 2022) on Opacus's ghost-clipping hooks, in one
+  backward pass (Bu et al. 2023's book-keeping, :mod:`.bookkeeping`): the backward pass of the
+  batch's mean loss gives each sample's gradient norm layer by layer without storing
+  per-sample gradients of linear layers (their norms come from the norms of their inputs and
+  output gradients; other layers' per-sample gradients are computed for that layer alone);
+  the clipped sum ``sum_i c_i * g_i``, ``c_i = min(1, C / norm_i)``, is then assembled from
+  what the hooks kept, where Opacus's own ghost clipping runs a second backward pass. It
+  needs each sample's loss: fedkit has it for its built-in task losses
+  (:func:`~fedkit_core.builtins.losses.task_loss_per_sample`), so ghost applies when no
+  plugin replaces the task loss or adds loss terms.
+* ``hooks``: Opacus's ``GradSampleModule`` stores every sample's gradient of every parameter
+  and its ``DPOptimizer`` clips them; works with any loss, costs more (memory and time).
+
+``auto`` (the default) takes ghost where it applies, else hooks with a note.
 
 Batch norm mixes the samples of a batch, so per-sample gradients do not exist for it:
 ``dp.batchnorm=replace`` replaces it by group norm on every party (Opacus's
@@ -18,7 +35,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -30,7 +47,7 @@ from fedkit_core.devices import gather, input_layout
 from fedkit_core.errors import FedkitError
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.privacy import accounting
-from fedkit_core.privacy.options import SAMPLE
+from fedkit_core.privacy.options import AUTO, GHOST, HOOKS, SAMPLE
 
 # Opacus's hooks on a first layer whose input needs no gradient: harmless, said every step
 warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients")
@@ -135,43 +152,169 @@ class ClientAccountant:
         return self.epsilon(self.state["steps"] + self.steps) > self.target
 
 
+def loss_plugins(hook: Any) -> list[str]:
+    """The active plugins whose loss fedkit cannot split per sample: a task loss other than
+    the built-in one, or extra loss terms."""
+    from fedkit_core.plugins import BUILTINS
+
+    impls = [*hook.fedkit_task_loss.get_hookimpls(), *hook.fedkit_loss_terms.get_hookimpls()]
+    return sorted({impl.plugin_name for impl in impls if impl.plugin_name not in BUILTINS})
+
+
+def clipping_mode(config: Config, hook: Any) -> str:
+    """``ghost`` or ``hooks``: ``dp.grad_sample`` resolved against the run's plugins (ghost
+    needs each sample's loss; ``auto`` falls back to hooks with a note, ``ghost`` refuses)."""
+    chosen = config["dp.grad_sample"]
+    if chosen == HOOKS:
+        return HOOKS
+    owners = loss_plugins(hook)
+    if not owners:
+        return GHOST
+    why = (
+        f"plugin{'s' if len(owners) > 1 else ''} {', '.join(map(repr, owners))} "
+        "replace the task loss or add loss terms, which fedkit cannot split into each "
+        "sample's loss"
+    )
+    if chosen == GHOST:
+        raise FedkitError(
+            f"dp.grad_sample=ghost (ghost clipping) needs each sample's loss, but {why}; "
+            "use dp.grad_sample=hooks (per-sample gradients, any loss)"
+        )
+    assert chosen == AUTO
+    warnings.warn(
+        f"dp.grad_sample=auto: DP-SGD clips stored per-sample gradients (hooks), not ghost "
+        f"clipping, since {why}",
+        stacklevel=2,
+    )
+    return HOOKS
+
+
+class PerSampleClipping:
+    """Opacus's DP-SGD step around ``model`` and ``optimizer``: each sample's gradient
+    clipped to norm ``clip``, Gaussian noise of std ``sigma * clip`` on their sum (from
+    ``generator``), divided by ``expected_batch_size``; ``mode`` ghost or hooks (the module
+    docstring). Train with :meth:`backward` and ``self.optimizer.step()``; :meth:`close`
+    removes the hooks."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        mode: str,
+        clip: float,
+        sigma: float,
+        expected_batch_size: int,
+        generator: torch.Generator,
+    ):
+        from opacus import GradSampleModule
+        from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping
+
+        from fedkit_core.privacy.bookkeeping import BookkeepingModule
+
+        self.model, self.mode, self.clip = model, mode, clip
+        if mode == GHOST:
+            self.module = BookkeepingModule(
+                model, loss_reduction="mean", strict=False, max_grad_norm=clip
+            )
+            wrapper = DPOptimizerFastGradientClipping
+        else:
+            self.module = GradSampleModule(model, loss_reduction="mean", strict=False)
+            wrapper = DPOptimizer
+        self.optimizer = wrapper(
+            optimizer,
+            noise_multiplier=sigma,
+            max_grad_norm=clip,
+            expected_batch_size=expected_batch_size,
+            loss_reduction="mean",
+            generator=generator,
+        )
+
+    def backward(
+        self, loss: torch.Tensor, per_sample: Callable[[], torch.Tensor] | None = None
+    ) -> None:
+        """Leave what the optimiser's step needs: per-sample gradients (hooks: ``loss``,
+        the batch's mean loss, backward) or the sum of the clipped gradients in ``.grad``
+        (ghost: one backward pass of the mean of ``per_sample()``, each sample's loss, shape
+        (N,), whose hooks give the norms and the parts of that sum)."""
+        if self.mode == HOOKS:
+            loss.backward()
+            return
+        per_sample().mean().backward()
+        clipped = self.module.clipped_gradients(self._coefficients())
+        for p in self.optimizer.params:  # a parameter the batch did not reach: no gradient
+            p.grad = clipped[p] if p in clipped else torch.zeros_like(p)
+
+    def _coefficients(self) -> torch.Tensor:
+        """``min(1, C / (norm_i + 1e-6))`` per sample (as Opacus's optimisers clip), from the
+        per-layer norms the first pass left; parameters the batch did not reach have none."""
+        norms = []
+        for p in self.module.trainable_parameters:
+            norm = getattr(p, "_norm_sample", None)
+            if norm is not None:
+                norms.append(norm.to(norms[0].device if norms else norm.device))
+                p._norm_sample = None
+        total = torch.stack(norms).norm(2, dim=0)
+        return (self.clip / (total + 1e-6)).clamp(max=1.0)
+
+    def empty_step(self) -> None:
+        """The step of an empty Poisson sample: no gradient, noise only."""
+        for p in self.optimizer.params:
+            if self.mode == GHOST:
+                p.grad = torch.zeros_like(p)
+            else:
+                p.grad_sample = torch.zeros((0, *p.shape), device=p.device, dtype=p.dtype)
+        self.optimizer.step()
+
+    def close(self) -> None:
+        """Remove the hooks and Opacus's attributes from the model's parameters."""
+        self.module.to_standard_module()
+        for p in self.model.parameters():
+            for attr in ("grad_sample", "summed_grad", "_norm_sample"):
+                if hasattr(p, attr):
+                    delattr(p, attr)
+
+
 class DPSGD:
     """One round of DP-SGD on a client: Poisson batches, per-sample clipping and noise.
 
     Use ``with DPSGD(client, optimizer) as dp:`` and train on ``dp.batches()`` with
-    ``dp.optimizer``; the hooks are removed from the model afterwards.
+    ``dp.optimizer``, calling ``dp.backward`` for the loss; the hooks are removed from the
+    model afterwards.
     """
 
     def __init__(self, client: ClientContext, optimizer: torch.optim.Optimizer):
-        from opacus import GradSampleModule
-        from opacus.optimizers import DPOptimizer
-
         self.client = client
         config = client.config
         n = len(client.data["train"])
         self.accountant = ClientAccountant(config, n, client.states.setdefault("dp", {}))
         self.accountant.check_budget(client.id)
-        self.module = GradSampleModule(client.model, loss_reduction="mean", strict=False)
+        self.mode = clipping_mode(config, client.hook)
         generator = torch.Generator(device=client.device)
         generator.manual_seed(derive_seed(config["seed"], "dp-sgd", client.round, client.id))
-        self.optimizer = DPOptimizer(
+        self.clipping = PerSampleClipping(
+            client.model,
             optimizer,
-            noise_multiplier=self.accountant.sigma,
-            max_grad_norm=config["dp.clip"],
+            self.mode,
+            clip=config["dp.clip"],
+            sigma=self.accountant.sigma,
             expected_batch_size=max(1, round(n * self.accountant.rate)),
-            loss_reduction="mean",
             generator=generator,
         )
+        self.optimizer = self.clipping.optimizer
 
     def __enter__(self) -> DPSGD:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.module.to_standard_module()  # the hooks and per-sample gradients go
-        for p in self.client.model.parameters():
-            for attr in ("grad_sample", "summed_grad"):
-                if hasattr(p, attr):
-                    delattr(p, attr)
+        self.clipping.close()
+
+    def backward(self, loss: torch.Tensor, batch: Batch, outputs: Any) -> None:
+        """Backward for one step: ``loss`` (the batch's total) under hooks; under ghost,
+        each sample's built-in task loss (what ``loss`` is the mean of: no plugin adds
+        terms then)."""
+        from fedkit_core.builtins.losses import task_loss_per_sample
+
+        self.clipping.backward(loss, lambda: task_loss_per_sample(self.client, batch, outputs))
 
     def batches(self) -> Iterator[Batch | None]:
         """Poisson-sampled batches of the training split, one per local step (``None``: an
@@ -191,18 +334,17 @@ class DPSGD:
             yield Batch(input_layout(x, ctx.config["channels_last"]), y, index)
 
     def empty_step(self) -> None:
-        """The step of an empty sample: zero per-sample gradients, noise only."""
-        for p in self.optimizer.params:
-            p.grad_sample = torch.zeros((0, *p.shape), device=p.device, dtype=p.dtype)
-        self.optimizer.step()
+        """The step of an empty sample: no gradient, noise only."""
+        self.clipping.empty_step()
 
     def report(self) -> dict[str, Any]:
-        """After the round: the client's epsilon so far, its noise multiplier and whether
-        its budget pays for no further round."""
+        """After the round: the client's epsilon so far, its noise multiplier, whether its
+        budget pays for no further round and whether it clipped by ghost clipping."""
         self.accountant.spend()
         eps = self.accountant.epsilon()
         return {
             "dp.epsilon": eps if math.isfinite(eps) else 1e300,
             "dp.noise_multiplier": self.accountant.sigma,
             "dp.last": self.accountant.last(),
+            "dp.ghost": self.mode == GHOST,
         }

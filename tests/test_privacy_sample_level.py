@@ -1,0 +1,173 @@
+"""Sample-level DP (DP-SGD): ghost clipping and per-sample gradients clip each sample's
+gradient to the same bound as an explicit per-sample computation, add the same noise, and
+runs stay deterministic per seed; ``dp.grad_sample`` falls back or refuses with the reason
+when a plugin's loss cannot be split per sample."""
+
+import types
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from fedkit_core import run
+from fedkit_core.builtins.losses import fedkit_task_loss, task_loss_per_sample
+from fedkit_core.errors import FedkitError
+from fedkit_core.plugin import hookimpl
+from fedkit_core.privacy.sample_level import PerSampleClipping
+from fedkit_core.testing import tiny
+
+BATCH = 8
+
+
+def _model() -> nn.Module:
+    """Conv (per-sample gradient of that layer under ghost), group norm, linear layers
+    (ghost norms)."""
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1),
+        nn.GroupNorm(2, 4),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(4 * 6 * 6, 16),
+        nn.ReLU(),
+        nn.Linear(16, 3),
+    )
+
+
+def _data() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(BATCH, 1, 6, 6, generator=g), torch.randint(0, 3, (BATCH,), generator=g)
+
+
+def _per_sample_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list:
+    """Each sample's gradient, one backward pass per sample."""
+    out = []
+    for i in range(len(x)):
+        model.zero_grad()
+        F.cross_entropy(model(x[i : i + 1]), y[i : i + 1]).backward()
+        out.append([p.grad.clone() for p in model.parameters()])
+    return out
+
+
+def _step(mode: str, clip: float, sigma: float) -> list[torch.Tensor]:
+    """The parameters after one DP-SGD step (SGD, lr 1) of ``mode``."""
+    model = _model()
+    x, y = _data()
+    dp = PerSampleClipping(
+        model,
+        torch.optim.SGD(model.parameters(), lr=1.0),
+        mode,
+        clip=clip,
+        sigma=sigma,
+        expected_batch_size=BATCH,
+        generator=torch.Generator().manual_seed(7),
+    )
+    dp.optimizer.zero_grad(set_to_none=True)
+    outputs = model(x)
+    dp.backward(F.cross_entropy(outputs, y), lambda: F.cross_entropy(outputs, y, reduction="none"))
+    dp.optimizer.step()
+    dp.close()
+    assert not any(
+        hasattr(p, "grad_sample") or hasattr(p, "_norm_sample") for p in model.parameters()
+    )
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("mode", ["ghost", "hooks"])
+def test_one_step_sums_each_sample_gradient_clipped_to_the_bound(mode):
+    model = _model()
+    x, y = _data()
+    grads = _per_sample_gradients(model, x, y)
+    norms = torch.stack([torch.cat([g.flatten() for g in gs]).norm() for gs in grads])
+    clip = float(norms.median())  # about half the samples are clipped
+    assert (norms > clip * 1.01).sum() >= 2 and (norms < clip * 0.99).sum() >= 2
+    factors = (clip / (norms + 1e-6)).clamp(max=1.0)
+    expected = [
+        p.detach() - sum(f * gs[k] for f, gs in zip(factors, grads)) / BATCH
+        for k, p in enumerate(model.parameters())
+    ]
+    for got, want in zip(_step(mode, clip, sigma=0.0), expected):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_ghost_and_hooks_add_the_same_noise():
+    """Same bound, same noise std from the same generator: one step agrees to float
+    tolerance (the noise dominates the update at sigma 5)."""
+    ghost, hooks = _step("ghost", 0.5, sigma=5.0), _step("hooks", 0.5, sigma=5.0)
+    plain = _step("ghost", 0.5, sigma=0.0)
+    for g, h, p in zip(ghost, hooks, plain):
+        torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-5)
+        assert (g - p).abs().max() > 0.05  # noise was added
+
+
+def test_ghost_empty_step_adds_noise_only():
+    model = _model()
+    before = [p.detach().clone() for p in model.parameters()]
+    dp = PerSampleClipping(
+        model,
+        torch.optim.SGD(model.parameters(), lr=1.0),
+        "ghost",
+        clip=1.0,
+        sigma=1.0,
+        expected_batch_size=BATCH,
+        generator=torch.Generator().manual_seed(7),
+    )
+    dp.empty_step()
+    noise = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, model.parameters())])
+    assert 0.5 < float(noise.std() * BATCH) < 1.5  # std sigma * C / expected batch size
+
+
+@pytest.mark.parametrize("kind", ["ce", "bsm", "dice", "dice_ce"])
+def test_per_sample_task_loss_averages_to_the_task_loss(kind):
+    if kind.startswith("dice"):
+        pytest.importorskip("monai")
+    g = torch.Generator().manual_seed(0)
+    if kind.startswith("dice"):
+        logits, y = (
+            torch.randn(5, 3, 8, 8, generator=g),
+            torch.randint(0, 3, (5, 8, 8), generator=g),
+        )
+    else:
+        logits, y = torch.randn(5, 3, generator=g), torch.randint(0, 3, (5,), generator=g)
+    client = types.SimpleNamespace(
+        config={"loss": kind}, log_prior=lambda: torch.log(torch.tensor([0.6, 0.3, 0.1]))
+    )
+    batch, outputs = types.SimpleNamespace(y=y), {"logits": logits}
+    per_sample = task_loss_per_sample(client, batch, outputs)
+    assert per_sample.shape == (5,)
+    torch.testing.assert_close(per_sample.mean(), fedkit_task_loss(client, batch, outputs))
+
+
+@pytest.mark.slow
+def test_ghost_runs_are_deterministic_per_seed_and_recorded():
+    config = tiny(rounds=2, dp={"level": "sample", "grad_sample": "ghost"})
+    first, second = run(config), run(config)
+    other = run({**config, "seed": 1})
+    assert first.final["privacy"]["grad_sample"] == "ghost"
+    assert first.final["clients"] == second.final["clients"]
+    assert first.final["privacy"]["epsilon"] == second.final["privacy"]["epsilon"] > 0
+    assert first.final["clients"] != other.final["clients"]
+
+
+class _Terms:
+    """A throwaway plugin that adds a loss term (not split per sample)."""
+
+    @staticmethod
+    @hookimpl
+    def fedkit_loss_terms(client, batch, outputs):
+        return {"terms.l2": 1e-3 * outputs["logits"].pow(2).mean()}
+
+
+def test_plugin_loss_terms_fall_back_to_hooks_or_are_refused_under_ghost():
+    with pytest.raises(FedkitError, match="'terms'.*dp.grad_sample=hooks"):
+        run(
+            tiny(rounds=1, dp={"level": "sample", "grad_sample": "ghost"}),
+            plugins={"terms": _Terms},
+        )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = run(tiny(rounds=1, dp={"level": "sample"}), plugins={"terms": _Terms})
+    assert results.final["privacy"]["grad_sample"] == "hooks"
+    assert any("'terms'" in str(w.message) and "hooks" in str(w.message) for w in caught)
