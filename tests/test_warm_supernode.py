@@ -4,7 +4,7 @@ import os
 import time
 import types
 
-from fedkit_core.engines.flower import warm
+from fedkit_core.engines.flower import fast, warm
 
 
 def test_a_signal_ends_a_wait_and_a_closed_pipe_does_not_spin():
@@ -102,7 +102,7 @@ def test_object_pulls_retry_a_missing_object_soon():
     from flwr.supercore.inflatable.inflatable_utils import ObjectUnavailableError
 
     module = types.SimpleNamespace()
-    warm.retry_object_pulls_sooner(module)
+    fast.retry_object_pulls_sooner(module)
     missing = iter([True, True, False])
 
     def pull_object(object_id):
