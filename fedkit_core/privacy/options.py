@@ -102,7 +102,8 @@ DP_OPTIONS = (
         "accounting either way): ghost (Opacus ghost clipping: per-sample gradient norms "
         "without storing per-sample gradients, then a backward pass of the clipped loss; "
         "needs each sample's loss, which fedkit has for its built-in task losses with no "
-        "plugin loss terms), hooks (Opacus's per-sample gradients: any loss), or auto (ghost "
+        "plugin loss terms), hooks (Opacus's per-sample gradients: any loss of the model's "
+        "outputs; a term on the parameters themselves is refused), or auto (ghost "
         "where it applies, else hooks, with a note)",
         choices=(AUTO, GHOST, HOOKS),
     ),
