@@ -136,6 +136,16 @@ def test_adaptive_clipping_moves_the_norm_towards_the_quantile():
         client_level.update_noise_multiplier(1.0, 0.4)
 
 
+def test_positive_dp_and_secagg_keys_have_exclusive_bounds():
+    """A clipping norm, budget or SecAgg+ fraction of 0 is refused as ``> 0`` (an exclusive
+    bound), while tiny positive values pass."""
+    for key, section in (("clip", "dp"), ("target_epsilon", "dp"), ("shares", "secagg")):
+        with pytest.raises(FedkitError, match=rf"'{section}\.{key}' must be > 0, got 0"):
+            resolve_config(tiny(**{section: {key: 0.0}}))
+    cfg, _ = resolve_config(tiny(dp={"clip": 1e-15}, secagg={"shares": 1e-15}))
+    assert cfg["dp.clip"] == 1e-15 and cfg["secagg.shares"] == 1e-15
+
+
 def test_poisson_sampling_draws_each_client_with_the_rate():
     ids = [f"c{i}" for i in range(50)]
     sizes = [len(sample_poisson(ids, 0.2, 0, r)) for r in range(1, 201)]

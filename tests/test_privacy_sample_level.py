@@ -171,3 +171,69 @@ def test_plugin_loss_terms_fall_back_to_hooks_or_are_refused_under_ghost():
         results = run(tiny(rounds=1, dp={"level": "sample"}), plugins={"terms": _Terms})
     assert results.final["privacy"]["grad_sample"] == "hooks"
     assert any("'terms'" in str(w.message) and "hooks" in str(w.message) for w in caught)
+
+
+class _OnParameters:
+    """A throwaway plugin whose loss term acts on the parameters directly, as FedProx's."""
+
+    @staticmethod
+    @hookimpl
+    def fedkit_loss_terms(client, batch, outputs):
+        return {"onparams.l2": sum(p.pow(2).sum() for p in client.model.parameters())}
+
+
+def test_clipping_reports_a_term_that_bypasses_the_per_sample_gradients():
+    """Under hooks, ``.grad`` equals the per-sample gradients' mean for a loss of the
+    outputs, even one that mixes samples; a term on the weights shows as a gap."""
+    model = _model()
+    x, y = _data()
+    dp = PerSampleClipping(
+        model,
+        torch.optim.SGD(model.parameters(), lr=1.0),
+        "hooks",
+        clip=1.0,
+        sigma=0.0,
+        expected_batch_size=BATCH,
+        generator=torch.Generator().manual_seed(0),
+    )
+    logits = dp.module(x)
+    mixed = F.cross_entropy(logits, y) + logits.softmax(-1).mean(0).pow(2).sum()
+    dp.backward(mixed)
+    assert dp.bypassed(1e-4) == {}
+    dp.optimizer.zero_grad(set_to_none=True)
+    weight = model[-1].weight
+    dp.backward(F.cross_entropy(dp.module(x), y) + 0.5 * weight.pow(2).sum())
+    gaps = dp.bypassed(1e-4)
+    assert "6.weight" in gaps and "6.bias" not in gaps and gaps["6.weight"] > 1e-2
+    dp.close()
+
+
+@pytest.mark.parametrize("plugin", ["fedprox", "fedprox-example", "onparams"])
+def test_a_loss_term_on_the_parameters_is_refused_under_sample_level_dp(plugin):
+    """FedProx (mu > 0) would train as FedAvg under DP-SGD: its proximal gradient misses
+    the per-sample gradients. The run stops naming the plugin (its gradient is zero on a
+    round's first step, so a later step catches it)."""
+    config = tiny(rounds=1, plugins=[] if plugin == "onparams" else [plugin])
+    if plugin != "onparams":
+        config[plugin] = {"mu": 0.01}
+    extra = {"onparams": _OnParameters} if plugin == "onparams" else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(FedkitError, match=rf"the loss of plugin '{plugin}'.*round 1: "):
+            run({**config, "dp": {"level": "sample"}}, plugins=extra)
+
+
+def test_output_terms_and_plain_dp_sgd_pass_the_bypass_check(monkeypatch):
+    """A term on the outputs (``_Terms``) and the built-in loss are checked and pass."""
+    from fedkit_core.privacy.sample_level import DPSGD
+
+    checked = []
+    real = DPSGD.check_captured
+    monkeypatch.setattr(DPSGD, "check_captured", lambda self: checked.append(1) or real(self))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = run(tiny(rounds=1, dp={"level": "sample"}), plugins={"terms": _Terms})
+        assert results.final["privacy"]["grad_sample"] == "hooks" and checked
+        checked.clear()
+        plain = run(tiny(rounds=1, dp={"level": "sample", "grad_sample": "hooks"}))
+    assert plain.final["privacy"]["epsilon"] > 0 and checked

@@ -33,7 +33,7 @@ DP_OPTIONS = (
         1.0,
         "clipping norm C: of each client's update (client), of each sample's gradient (sample); "
         "the initial norm with dp.clipping=adaptive",
-        min=1e-12,
+        gt=0,
     ),
     Option(
         "clipping",
@@ -58,7 +58,7 @@ DP_OPTIONS = (
         None,
         "adaptive clipping: noise std of the count of unclipped updates (default: expected "
         "clients / 20 as the paper, at least the noise multiplier)",
-        min=1e-12,
+        gt=0,
     ),
     Option("delta", float, 1e-5, "the delta of the (epsilon, delta) guarantee", min=0, max=1),
     Option(
@@ -67,7 +67,7 @@ DP_OPTIONS = (
         None,
         "the privacy budget: calibrate the noise to spend it in `rounds` rounds, or stop when "
         "it is spent (dp.on_target)",
-        min=1e-12,
+        gt=0,
     ),
     Option(
         "on_target",
@@ -102,7 +102,8 @@ DP_OPTIONS = (
         "accounting either way): ghost (Opacus ghost clipping: per-sample gradient norms "
         "without storing per-sample gradients, then a backward pass of the clipped loss; "
         "needs each sample's loss, which fedkit has for its built-in task losses with no "
-        "plugin loss terms), hooks (Opacus's per-sample gradients: any loss), or auto (ghost "
+        "plugin loss terms), hooks (Opacus's per-sample gradients: any loss of the model's "
+        "outputs; a term on the parameters themselves is refused), or auto (ghost "
         "where it applies, else hooks, with a note)",
         choices=(AUTO, GHOST, HOOKS),
     ),
@@ -130,7 +131,7 @@ SECAGG_OPTIONS = (
         1.0,
         "SecAgg+ num_shares as a fraction of the sampled clients (each shares its keys with "
         "that many neighbours)",
-        min=1e-12,
+        gt=0,
         max=1,
     ),
     Option(
@@ -138,7 +139,7 @@ SECAGG_OPTIONS = (
         float,
         0.5,
         "SecAgg+ reconstruction threshold as a fraction of the shares (the dropouts tolerated)",
-        min=1e-12,
+        gt=0,
         max=1,
     ),
     Option(
@@ -147,7 +148,7 @@ SECAGG_OPTIONS = (
         8.0,
         "SecAgg+ clipping range: each coordinate of a weighted update must lie in "
         "[-range, range] to be quantised (a client with a larger one fails with a message)",
-        min=1e-12,
+        gt=0,
     ),
     Option(
         "max_weight",

@@ -25,6 +25,12 @@ Two ways to clip, the same mechanism (``dp.grad_sample``, see :class:`PerSampleC
 
 ``auto`` (the default) takes ghost where it applies, else hooks with a note.
 
+Per-sample gradients come from what flows through the model's layers; a loss term on the
+parameters themselves (FedProx's proximal term) reaches ``.grad`` but not them, and DP-SGD's
+step would drop it. Under hooks, :meth:`DPSGD.check_captured` compares the two on some steps
+(``.grad`` equals the per-sample gradients' mean for any loss of the outputs) and stops the
+run naming the plugins when they differ.
+
 Batch norm mixes the samples of a batch, so per-sample gradients do not exist for it:
 ``dp.batchnorm=replace`` replaces it by group norm on every party (Opacus's
 ``ModuleValidator.fix``), ``refuse`` stops the run naming the modules; other modules Opacus
@@ -48,6 +54,13 @@ from fedkit_core.errors import FedkitError
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.privacy import accounting
 from fedkit_core.privacy.options import AUTO, GHOST, HOOKS, SAMPLE
+
+#: the largest relative gap between ``.grad`` and the mean of the per-sample gradients that
+#: float rounding explains (bf16 forward passes round the activations the hooks keep)
+BYPASS_RTOL = {"fp32": 1e-4, "bf16": 1e-1}
+#: with plugin loss terms, the first steps of a client's round checked for a bypass, then one
+#: step in CHECK_EVERY (the check costs about 5% of a step of stored per-sample gradients)
+CHECKED_FIRST, CHECK_EVERY = 3, 16
 
 # Opacus's hooks on a first layer whose input needs no gradient: harmless, said every step
 warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients")
@@ -244,6 +257,26 @@ class PerSampleClipping:
         for p in self.optimizer.params:  # a parameter the batch did not reach: no gradient
             p.grad = clipped[p] if p in clipped else torch.zeros_like(p)
 
+    def bypassed(self, rtol: float) -> dict[str, float]:
+        """After a ``hooks`` :meth:`backward`: the parameters whose ordinary gradient
+        (``.grad``, of the whole loss) differs from the mean of their per-sample gradients
+        by more than ``rtol`` of the larger norm, with that relative gap. The two are equal,
+        up to float rounding, for any loss computed from the model's forward pass (Opacus
+        splits exactly what flows through its layers); a gap is the gradient of a term that
+        reached the parameter another way (a term on the parameters themselves, FedProx's
+        proximal term), which DP-SGD's step would drop."""
+        gaps = {}
+        for name, p in self.model.named_parameters():
+            samples = getattr(p, "grad_sample", None)
+            if p.grad is None or isinstance(samples, list):
+                continue
+            mean = samples.mean(0) if samples is not None else torch.zeros_like(p.grad)
+            scale = torch.maximum(p.grad.norm(), mean.norm())
+            gap = float((p.grad - mean).norm() / scale) if scale > 0 else 0.0
+            if gap > rtol:
+                gaps[name] = gap
+        return gaps
+
     def _coefficients(self) -> torch.Tensor:
         """``min(1, C / (norm_i + 1e-6))`` per sample (as Opacus's optimisers clip), from the
         per-layer norms the first pass left; parameters the batch did not reach have none."""
@@ -301,6 +334,12 @@ class DPSGD:
             generator=generator,
         )
         self.optimizer = self.clipping.optimizer
+        # hooks: steps checked for loss terms that bypass the per-sample gradients
+        # (:meth:`check_captured`): with plugin loss terms the first CHECKED_FIRST of the
+        # round (a proximal term's gradient is zero on the first) and every CHECK_EVERY-th;
+        # without, the first
+        self.watched = loss_plugins(client.hook) if self.mode == HOOKS else []
+        self.step = 0
 
     def __enter__(self) -> DPSGD:
         return self
@@ -315,6 +354,42 @@ class DPSGD:
         from fedkit_core.builtins.losses import task_loss_per_sample
 
         self.clipping.backward(loss, lambda: task_loss_per_sample(self.client, batch, outputs))
+        if self.mode == HOOKS and self._checks(self.step):
+            self.check_captured()
+        self.step += 1
+
+    def _checks(self, step: int) -> bool:
+        if not self.watched:
+            return step == 0
+        return step < CHECKED_FIRST or step % CHECK_EVERY == 0
+
+    def check_captured(self) -> None:
+        """Refuse a loss whose gradient does not all reach the per-sample gradients (hooks):
+        DP-SGD clips and noises those, so a loss term acting on the parameters directly
+        (not through the model's outputs) would be left out of the step without a word."""
+        rtol = BYPASS_RTOL[self.client.config["precision"]]
+        gaps = self.clipping.bypassed(rtol)
+        if not gaps:
+            return
+        name, gap = max(gaps.items(), key=lambda item: item[1])
+        owners = (
+            f"the loss of plugin{'s' if len(self.watched) > 1 else ''} "
+            f"{', '.join(map(repr, self.watched))}"
+            if self.watched
+            else "the loss"
+        )
+        raise FedkitError(
+            f"dp.level=sample cannot privatise {owners}: part of its gradient reaches the "
+            "model's parameters other than through its layers (a loss term on the parameters "
+            "themselves, such as FedProx's or Ditto's proximal term or FedDyn's linear term, "
+            "or parameters combined outside a layer, as APFL's mixture), so Opacus's "
+            "per-sample gradients do not contain it and DP-SGD would drop it silently "
+            f"(client {self.client.id!r}, round {self.client.round}: "
+            f"the gradient of {name!r} differs from the mean of its per-sample gradients by "
+            f"{gap:.1%} of its norm, {len(gaps)} parameter{'s' if len(gaps) > 1 else ''} in "
+            "all). Run this method without dp.level=sample (dp.level=client privatises any "
+            "local training)"
+        )
 
     def batches(self) -> Iterator[Batch | None]:
         """Poisson-sampled batches of the training split, one per local step (``None``: an

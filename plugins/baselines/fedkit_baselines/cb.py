@@ -33,7 +33,7 @@ def fedkit_options():
             0.9999,
             "beta of the effective number (1 - beta^n)/(1 - beta)",
             min=0.0,
-            max=0.999999,
+            lt=1,
         ),
         Option(
             "base", str, "ce", "the weighted loss: ce (softmax) or focal", choices=("ce", "focal")

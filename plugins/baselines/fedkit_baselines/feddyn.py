@@ -31,7 +31,7 @@ def fedkit_options():
             float,
             0.01,
             "weight alpha of the dynamic regulariser (the paper tries 0.1, 0.01, 0.001)",
-            min=1e-12,
+            gt=0,
         )
     ]
 

@@ -45,7 +45,7 @@ def fedkit_options():
             0.9999,
             "beta of the re-weighting's effective number",
             min=0.0,
-            max=0.999999,
+            lt=1,
         ),
     ]
 

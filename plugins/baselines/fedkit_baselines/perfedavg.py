@@ -52,7 +52,7 @@ def fedkit_options():
         Option(
             "alpha", float, 0.01, "step size alpha of the inner and the evaluation step", min=0.0
         ),
-        Option("delta", float, 1e-3, "finite-difference step delta of the HF estimate", min=1e-12),
+        Option("delta", float, 1e-3, "finite-difference step delta of the HF estimate", gt=0),
         Option(
             "eval_steps",
             int,

@@ -46,7 +46,7 @@ def fedkit_options():
             float,
             None,
             "Lipschitz estimate L (null: 1/lr of the round, as the paper)",
-            min=1e-12,
+            gt=0,
         ),
     ]
 
