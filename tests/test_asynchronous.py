@@ -102,6 +102,7 @@ TINY_SITES = {  # site2 ten times slower
 }
 
 
+@pytest.mark.slow
 def test_an_asynchronous_run_resumes_exactly(tmp_path):
     """Interrupted after round 2 with updates in flight and in the buffer (site2's), then
     resumed: the records of an uninterrupted run."""
@@ -118,6 +119,7 @@ def test_an_asynchronous_run_resumes_exactly(tmp_path):
     assert times == sorted(times)  # updates applied in order of their simulated arrival
 
 
+@pytest.mark.slow
 def test_fedbuff_finishes_its_rounds_sooner_than_sync_with_a_straggler():
     sync = run(tiny(rounds=3, sites=TINY_SITES))
     buffered = run(tiny(rounds=3, sites=TINY_SITES, aggregation="fedbuff"))

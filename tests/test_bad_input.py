@@ -23,6 +23,7 @@ def _bomb(levels=9):
     return "\n".join(lines) + f"\nlr_milestones: *a{levels - 1}\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "text, match",
     [

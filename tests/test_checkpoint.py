@@ -45,6 +45,7 @@ def test_a_snapshot_round_trips_tensors_and_plain_values():
     assert torch.equal(back["w"], snapshot["w"]) and back["nested"] == snapshot["nested"]
 
 
+@pytest.mark.slow
 def test_a_pickled_object_is_refused_without_running_it(interrupted, tmp_path):
     with pytest.raises(FedkitError, match="corrupt or not a fedkit snapshot"):
         from_bytes(to_bytes({"state": Payload()}))
@@ -60,6 +61,7 @@ def test_a_pickled_object_is_refused_without_running_it(interrupted, tmp_path):
     assert PLANTED == []
 
 
+@pytest.mark.slow
 def test_a_pickled_object_in_a_client_checkpoint_is_refused(tmp_path):
     out = tmp_path / "run"
     run(tiny(rounds=1, checkpoint=True), out=out)
@@ -103,6 +105,7 @@ def test_a_client_keeps_its_newest_two_rounds_and_resumes_from_the_committed_one
     assert store.load(3) is None
 
 
+@pytest.mark.slow
 def test_resume_continues_a_run_to_its_uninterrupted_results(interrupted):
     resumed = resume(interrupted)
     straight = run(tiny(rounds=4))
@@ -140,6 +143,7 @@ def two_of_three(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["server", "client"])
 def test_a_damaged_checkpoint_file_is_refused_naming_it_and_the_round(
     two_of_three, tmp_path, which
@@ -159,6 +163,7 @@ def test_a_damaged_checkpoint_file_is_refused_naming_it_and_the_round(
     assert resume(damaged).final["global"] == run(tiny(rounds=3)).final["global"]
 
 
+@pytest.mark.slow
 def test_compare_checks_the_checkpoints_of_a_run_it_continues(two_of_three, tmp_path):
     from fedkit_core.comparison import compare
 

@@ -26,6 +26,7 @@ def tiny_yaml(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_run_writes_results_metrics_and_plots(tmp_path, tiny_yaml, capsys):
     out = tmp_path / "run"
     assert main(["run", "--config", str(tiny_yaml), "--rounds", "2", "--out", str(out), "-q"]) == 0
@@ -102,6 +103,7 @@ USER_ERRORS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(USER_ERRORS))
 def test_user_errors_exit_2_with_one_short_message(case, tmp_path, capsys):
     args, message = USER_ERRORS[case]
@@ -113,6 +115,7 @@ def test_user_errors_exit_2_with_one_short_message(case, tmp_path, capsys):
     assert "Traceback" not in err and len(err.splitlines()) <= 8
 
 
+@pytest.mark.slow
 def test_nan_loss_names_client_and_round(tmp_path, tiny_yaml, capsys):
     args = [
         "run",
@@ -131,6 +134,7 @@ def test_nan_loss_names_client_and_round(tmp_path, tiny_yaml, capsys):
     assert "client 'site0'" in err and "round 1" in err and "nan" in err.lower()
 
 
+@pytest.mark.slow
 def test_debug_shows_the_traceback(tiny_yaml, tmp_path):
     proc = subprocess.run(
         [*FEDKIT, "run", "--task", "nope", "--debug"], capture_output=True, text=True
@@ -160,6 +164,7 @@ def _run_until_checkpoint(config: Path, out: Path, rounds: int) -> subprocess.Po
     return proc
 
 
+@pytest.mark.slow
 def test_ctrl_c_exits_130_and_says_how_to_resume(tmp_path):
     config = tmp_path / "c.yaml"
     # many rounds: the run is interrupted after the first, so it must not be able to finish
@@ -230,6 +235,7 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path, engine):
     assert not [p for p in (killed / "checkpoint").rglob(".*")], "no temp files left"
 
 
+@pytest.mark.slow
 def test_compare_two_runspecs_writes_table(tmp_path, tiny_yaml, capsys):
     out = tmp_path / "cmp"
     assert (
@@ -271,6 +277,7 @@ def test_compare_two_runspecs_writes_table(tmp_path, tiny_yaml, capsys):
     assert (out / "compare.png").is_file()
 
 
+@pytest.mark.slow
 def test_plugins_tasks_data_and_report_commands(tmp_path, tiny_yaml, capsys):
     assert main(["plugins"]) == 0
     assert "fedavg" in capsys.readouterr().out

@@ -137,6 +137,7 @@ def test_one_seed_gives_differences_without_intervals_and_says_so():
         per_client.client_gain([0.5, 0.6], [0.5])
 
 
+@pytest.mark.slow
 def test_compare_tabulates_and_plots_the_references_and_the_client_gains(tmp_path):
     results = {
         "fedavg": RUNS["fedavg"],

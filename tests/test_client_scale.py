@@ -27,6 +27,7 @@ def _without_times(results):
     return [{k: v for k, v in r.items() if k != "seconds"} for r in results.rounds]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("evaluation", ["pooled", "federated"])
 def test_joint_evaluation_scores_as_each_client_alone(monkeypatch, evaluation):
     config = _many(evaluation=evaluation, rounds=1)

@@ -99,6 +99,7 @@ SITES = {
 }
 
 
+@pytest.mark.slow
 def test_simulated_time_is_recorded_and_changes_nothing_a_synchronous_run_computes():
     timed = run(tiny(rounds=3, sites=SITES))
     plain = run(tiny(rounds=3))
@@ -128,6 +129,7 @@ def test_a_deadline_drops_late_updates_and_the_run_goes_on():
     assert times[1] - times[0] == pytest.approx(2.0)  # each round waits out its deadline
 
 
+@pytest.mark.slow
 def test_a_run_with_simulated_time_resumes_to_the_uninterrupted_records(tmp_path):
     flaky = {"down": [[0.3, 40]], "failures_per_hour": 60, "repair": 20}
     sites = {**SITES, "profiles": {**SITES["profiles"], "slow": {"availability": flaky}}}

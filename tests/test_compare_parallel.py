@@ -25,6 +25,7 @@ def _rounds(path):
     return [{k: v for k, v in r.items() if k != "seconds"} for r in records]
 
 
+@pytest.mark.slow
 def test_parallel_runs_equal_serial_runs_at_the_same_thread_count(tmp_path):
     specs, seeds, base = ["fedavg", "fca"], [0, 1], [tiny(rounds=2)]
     finished = []
@@ -51,6 +52,7 @@ def test_parallel_runs_equal_serial_runs_at_the_same_thread_count(tmp_path):
             assert _rounds(tmp_path / "parallel" / run) == _rounds(tmp_path / "serial" / run)
 
 
+@pytest.mark.slow
 def test_a_failing_run_is_one_error_naming_it(tmp_path):
     base = [{"task": {"name": "npz", "path": str(tmp_path / "missing.npz")}, "rounds": 1}]
     # both seeds fail; whichever fails first stops the comparison and is named

@@ -1,5 +1,7 @@
 """`fedkit compare`: the config layers each runspec gets."""
 
+import pytest
+
 from fedkit_core import comparison
 from fedkit_core.results import compare, markdown_table
 
@@ -83,6 +85,7 @@ def test_runspec_labels_and_run_names_stay_inside_their_folder(tmp_path, monkeyp
     assert made.resolve().parent == tmp_path / "runs" and made.name.startswith(".._.._.._X-")
 
 
+@pytest.mark.slow
 def test_runspecs_that_are_not_paired_are_refused_before_anything_runs(tmp_path):
     import json
 
@@ -108,6 +111,7 @@ def test_runspecs_that_are_not_paired_are_refused_before_anything_runs(tmp_path)
     assert (tmp_path / "cmp" / "compare.md").read_text().startswith("**Warning: not paired.**")
 
 
+@pytest.mark.slow
 def test_command_line_flags_win_over_a_runspec_file_as_set_does(tmp_path, capsys):
     import json
 

@@ -301,6 +301,7 @@ class Counter:
         return {"counter.fits": client.state["fits"]}
 
 
+@pytest.mark.slow
 def test_client_state_survives_interruption_and_resume(tmp_path):
     from fedkit_core import resume
 

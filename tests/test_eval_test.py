@@ -28,6 +28,7 @@ def every():
     return run({**CONFIG, "eval_test": "every"})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("plugins", [None, {"stateful": Stateful()}], ids=["global", "plugin"])
 def test_improved_keeps_final_and_best_results(every, plugins):
     improved = run(CONFIG, plugins=plugins)
@@ -55,6 +56,7 @@ def test_improved_keeps_final_and_best_results(every, plugins):
         assert improved.final["best"]["round"] != last  # the kept best model was tested
 
 
+@pytest.mark.slow
 def test_the_kept_best_model_survives_a_resume(every, tmp_path):
     """Interrupted after the best round (5, kept untested), resumed: the last round tests
     the kept model from the server's checkpoint."""
@@ -66,6 +68,7 @@ def test_the_kept_best_model_survives_a_resume(every, tmp_path):
     assert resumed.final["best"]["round"] == 5
 
 
+@pytest.mark.slow
 def test_readers_skip_rounds_without_test(tmp_path):
     improved = run(CONFIG)
     rows = metrics_csv(improved.rounds).splitlines()

@@ -41,6 +41,7 @@ def both(config: dict, **kwargs):
     return apart, along, off, on
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "extra",
     [{}, {"eval_test": "every"}, {"eval_every": 2}, {"sample_fraction": 0.5, "task": {"sites": 6}}],
@@ -67,6 +68,7 @@ class Private:
         return {}
 
 
+@pytest.mark.slow
 def test_runs_with_plugins_evaluate_apart():
     _, along, off, on = both(CONFIG, plugins={"private": Private()})
     assert on.count("evaluate") == off.count("evaluate") == CONFIG["rounds"]
@@ -79,6 +81,7 @@ def test_auto_is_off_in_a_local_run():
     assert phases.count("evaluate") == CONFIG["rounds"]
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_resumes_to_the_same_results(tmp_path):
     """Stopped once round 3 is complete (its evaluation came with round 4's fit, which the
     clients have done): the resumed run redoes round 4 from round 3's checkpoints."""
@@ -107,6 +110,7 @@ def failing_once(tmp_path, client: str, round: int):
     return patched
 
 
+@pytest.mark.slow
 def test_a_retried_failure_gives_the_same_results(tmp_path, monkeypatch):
     clean = run({**CONFIG, "eval_with_fit": True})
     monkeypatch.setattr(ClientRuntime, "_fit", failing_once(tmp_path, "site1", 3))
@@ -130,6 +134,7 @@ def test_a_dropped_client_misses_both_parts(tmp_path, monkeypatch):
     assert "site1" in results.rounds[3]["val"]["clients"]
 
 
+@pytest.mark.slow
 def test_on_flower_the_records_are_the_local_engine_s():
     pytest.importorskip("flwr")
     config = {**CONFIG, "rounds": 3, "eval_with_fit": True}

@@ -7,6 +7,8 @@ import pytest
 from fedkit_core import run
 from fedkit_core.testing import shared_data, tiny, tiny_seg
 
+pytestmark = pytest.mark.slow
+
 #: metrics that federated evaluation computes exactly from its statistics (bauc is binned)
 EXACT = ("bacc", "acc", "f1_macro", "head_acc", "medium_acc", "tail_acc", "dice", "dice_bg")
 
@@ -18,6 +20,7 @@ def _compare(pooled: dict, federated: dict, auc_tolerance: float) -> None:
         assert federated[metric] == pytest.approx(value, abs=tolerance), metric
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", [tiny(rounds=2), tiny_seg(rounds=1)], ids=["cls", "seg"])
 def test_federated_evaluation_matches_pooled(config):
     # bauc is binned (see fedkit_core.metrics.statistics): on these few dozen test samples
@@ -51,6 +54,7 @@ def test_federated_evaluation_sends_no_predictions_or_labels():
     assert up(federated_bigger) == up(federated)
 
 
+@pytest.mark.slow
 @pytest.mark.realdata
 def test_federated_evaluation_on_pneumoniamnist():
     path = shared_data("medmnist/pneumoniamnist.npz")

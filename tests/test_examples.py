@@ -33,6 +33,7 @@ OVERLAYS = {
 }
 
 
+@pytest.mark.slow
 def test_embedding_example_runs(capsys, monkeypatch):
     import fedkit_core
 

@@ -33,6 +33,7 @@ print(json.dumps({"code": code, "loaded": loaded}))
 """
 
 
+@pytest.mark.slow
 def test_a_default_run_imports_no_optional_library(tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(tiny(rounds=1)))

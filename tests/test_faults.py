@@ -38,6 +38,7 @@ class MidRound:
         return {"mid.fits": client.state["fits"]}
 
 
+@pytest.mark.slow
 def test_a_client_failing_mid_round_keeps_no_half_trained_state():
     config = tiny(rounds=2, min_clients=1, keep_optimizer_state=True)
     local = run(config, plugins={"mid": MidRound()})
@@ -149,6 +150,7 @@ def clean():
     return run(tiny(rounds=2), plugins={"fault": Fault()})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "kind, engine",
     [
@@ -174,6 +176,7 @@ def test_a_failed_client_fails_for_its_round_and_comes_back(kind, engine):
     assert results.rounds[1]["train"]["site0"]["fault.fits"] == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["raise", "hang", "exit"])
 def test_a_fault_of_the_first_attempt_is_healed_by_a_retry(kind, clean, tmp_path):
     fault = Fault(kind, once=tmp_path / "failed-once")
@@ -197,6 +200,7 @@ def test_too_few_clients_left_after_the_retries_is_a_clear_error():
     assert err.value.exit_code == 2
 
 
+@pytest.mark.slow
 def test_a_new_worker_rebuilds_its_clients_from_their_checkpoint_folders(clean, tmp_path):
     """With checkpoints, workers ship back only where their clients' snapshots are."""
     fault = Fault("exit", once=tmp_path / "failed-once")

@@ -87,6 +87,7 @@ def outside(legend, ax):
     return not box.overlaps(area)
 
 
+@pytest.mark.slow
 def test_run_figures_are_paper_ready(tmp_path, figures):
     paths = plots.plot_run(fake_results(0, personal=True), tmp_path, plots.FORMATS)
     assert [p.name for p in paths] == ["curves.png", "clients.png"]
@@ -116,6 +117,7 @@ def test_run_figures_are_paper_ready(tmp_path, figures):
     assert outside(bars.get_legend(), bars)
 
 
+@pytest.mark.slow
 def test_a_run_writes_png_alone_unless_its_config_asks_for_more(tmp_path):
     plots.plot_run(fake_results(0), tmp_path / "default")
     assert {p.name for p in (tmp_path / "default").iterdir()} == {"curves.png", "clients.png"}
@@ -245,6 +247,7 @@ def test_markdown_table_keeps_its_signature_for_plugins():
     assert markdown_table({"a": {"x": entry}}, ["x"], 100.0, 1).endswith("50.0 ± 25.0 |\n")
 
 
+@pytest.mark.slow
 def test_report_overlay_goes_into_the_runs_folder(tmp_path, monkeypatch):
     for spec, seed in (("fedavg", 0), ("fca", 1)):
         write_json(tmp_path / "cmp" / spec / "seed0" / "results.json", fake_results(seed))
@@ -281,6 +284,7 @@ def test_data_writes_into_a_new_folder_and_never_over_a_dataset(tmp_path, tiny_y
     assert not list(tmp_path.glob("*.png"))
 
 
+@pytest.mark.slow
 def test_run_writes_the_figure_formats_asked_for(tmp_path, tiny_yaml, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "run"

@@ -148,6 +148,7 @@ class Flaky:
 # ---------------------------------------------------------------------- equivalence
 
 
+@pytest.mark.slow
 def test_fedavg_gives_the_local_engines_results():
     local = run(tiny(rounds=2))
     other = run(flower(tiny(rounds=2)))
@@ -155,6 +156,7 @@ def test_fedavg_gives_the_local_engines_results():
     assert other["config"]["engine"] == "flower"
 
 
+@pytest.mark.slow
 def test_client_state_persists_in_flowers_context_even_across_processes(monkeypatch):
     config = tiny(rounds=3, keep_optimizer_state=True)
     local = run(config, plugins={"personal": Personal()})
@@ -174,6 +176,7 @@ def test_client_state_persists_in_flowers_context_even_across_processes(monkeypa
     assert fits == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_extra_round_trip_is_a_flower_message_answered_by_the_trained_model(monkeypatch):
     config = tiny(rounds=2)
     local = run(config, plugins={"anchored": Anchored()})
@@ -191,6 +194,7 @@ def test_extra_round_trip_is_a_flower_message_answered_by_the_trained_model(monk
 # ---------------------------------------------------------------------- failures
 
 
+@pytest.mark.slow
 def test_failing_client_is_recorded_and_the_run_goes_on(tmp_path):
     config = flower(tiny(rounds=3, min_clients=2))
     results = run(config, plugins={"flaky": Flaky()}, out=tmp_path / "run")
@@ -206,6 +210,7 @@ def test_failing_client_is_recorded_and_the_run_goes_on(tmp_path):
     assert close(local.final["global"], results.final["global"], 1e-6)
 
 
+@pytest.mark.slow
 def test_too_few_clients_left_is_a_clear_error():
     with pytest.raises(FedkitError, match="site1 lost its data"):
         run(flower(tiny(rounds=2)), plugins={"flaky": Flaky()})
@@ -306,6 +311,7 @@ SLOW_SITE = {  # site2 ten times slower than the others
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["fedbuff", "deadline"])
 def test_aggregation_modes_in_simulated_time_give_the_local_engines_results(mode):
     config = tiny(rounds=2, sites=SLOW_SITE, aggregation=mode)
@@ -416,6 +422,7 @@ class Stop:
             raise RuntimeError("power cut")
 
 
+@pytest.mark.slow
 def test_a_crashed_run_resumes_on_flower_to_the_uninterrupted_results(tmp_path):
     config = flower(tiny(rounds=3, checkpoint=True, keep_optimizer_state=True))
 
@@ -436,6 +443,7 @@ def test_a_crashed_run_resumes_on_flower_to_the_uninterrupted_results(tmp_path):
         assert kept == ["r2.pt", "r3.pt"]
 
 
+@pytest.mark.slow
 def test_cli_runs_and_resumes_on_flower(tmp_path, capsys):
     import yaml
 
@@ -453,6 +461,7 @@ def test_cli_runs_and_resumes_on_flower(tmp_path, capsys):
 # ---------------------------------------------------------------------- installed methods
 
 
+@pytest.mark.slow
 def test_fca_gives_the_local_engines_results():
     pytest.importorskip("fedkit_fca")
     config = tiny(rounds=3, plugins=["fca"])
@@ -476,6 +485,7 @@ def test_ray_backend_by_default_gives_the_local_engines_results_bit_for_bit():
         torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_fed_lwr_gives_the_local_engines_results():
     pytest.importorskip("fedkit_fed_lwr")
     config = tiny(rounds=3, plugins=["fed-lwr"])
@@ -639,6 +649,7 @@ def test_loopback_deployment_with_a_slow_node_runs_fedbuff_without_waiting_for_i
     print(f"rounds' wall seconds with one node 5 s slower per fit: {walls}")
 
 
+@pytest.mark.slow
 def test_supernodes_receive_no_statistics_of_other_clients(monkeypatch):
     """Every message a SuperNode receives is inspected: the task description names the
     clients but carries no sizes or class counts; the class counts clients send up for the

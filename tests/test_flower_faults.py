@@ -70,6 +70,7 @@ def assert_same_run(expected, got, tol: float = 1e-6) -> None:
 THREAD_FAULTS = ("raise:site0:1", "hang:site1:2", "sys-exit:site2:2")
 
 
+@pytest.mark.slow
 def test_thread_backend_faults_healed_by_a_retry_give_the_fault_free_results(faults):
     clean = run(flower(tiny(rounds=2)))
     healed = run(
@@ -80,6 +81,7 @@ def test_thread_backend_faults_healed_by_a_retry_give_the_fault_free_results(fau
     assert [faults.attempts(n) for n in ("site0-r1", "site1-r2", "site2-r2")] == [2, 2, 2]
 
 
+@pytest.mark.slow
 def test_thread_backend_faults_without_retries_fail_only_that_client(faults, tmp_path):
     """In a process of its own: the run returns at the timeout and the process exits, though
     the hung client never returns."""
@@ -172,6 +174,7 @@ def _deployed_node(monkeypatch):
     return side, send
 
 
+@pytest.mark.slow
 def test_a_deployed_node_answers_a_hung_or_exited_client_as_failed(monkeypatch):
     """With client_timeout, messages run in an isolated worker (a forked child) kept from
     one message to the next: its reply and state come back; a child that hangs past client_timeout is killed, one that exits is

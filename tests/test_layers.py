@@ -18,6 +18,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 #: the fenced block under this heading of docs/architecture.md is the layer table
@@ -276,6 +278,7 @@ def test_known_lazy_cycles_still_exist():
     assert not set(KNOWN_LAZY_CYCLES) - found, "stale entries in KNOWN_LAZY_CYCLES"
 
 
+@pytest.mark.slow
 def test_the_plugin_api_loads_neither_engines_nor_results():
     """``import fedkit_core.plugin`` (what every plugin does) stays below the engines'
     client and server and the results layer."""

@@ -11,6 +11,8 @@ from fedkit_core.engines.client import ClientRuntime
 from fedkit_core.engines.pool import ModelPool
 from fedkit_core.testing import InterruptAfter, tiny
 
+pytestmark = pytest.mark.slow
+
 #: 5 clients, 3 of them sampled each round: clients train, answer queries and evaluate
 #: after others have taken the model
 CONFIG = tiny(rounds=3, sample_fraction=0.6, **{"task": {"sites": 5}})

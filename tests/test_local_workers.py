@@ -52,6 +52,7 @@ def serial():
     return run({**CONFIG, "local": {"workers": 0}}, plugins={"tally": Tally()})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tolerant", [False, True])
 def test_two_workers_give_the_serial_results_bit_for_bit(serial, tolerant):
     config = {**CONFIG, "local": {"workers": 2}}
@@ -60,6 +61,7 @@ def test_two_workers_give_the_serial_results_bit_for_bit(serial, tolerant):
     _same(run(config, plugins={"tally": Tally()}), serial)
 
 
+@pytest.mark.slow
 def test_workers_with_fewer_threads_equal_serial_clients_with_as_few():
     """torch's CPU kernels may sum in an order that depends on the thread count, so
     ``local.threads`` below the engine process's threads is the serial run at that count."""
@@ -73,6 +75,7 @@ def test_workers_with_fewer_threads_equal_serial_clients_with_as_few():
     _same(run(config), one)
 
 
+@pytest.mark.slow
 def test_a_run_in_workers_checkpoints_and_resumes_exactly(serial, tmp_path):
     out = tmp_path / "run"
     config = {**CONFIG, "rounds": 2, "checkpoint": True, "local": {"workers": 2}}

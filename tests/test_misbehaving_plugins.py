@@ -28,6 +28,7 @@ class Scores:
         return {"bacc": float("nan"), "scores.broken": self.own, "scores.fine": 0.5}
 
 
+@pytest.mark.slow
 def test_plugin_metrics_never_replace_built_ins_and_non_finite_ones_are_missing(tmp_path, caplog):
     out = tmp_path / "run"
     with caplog.at_level(logging.WARNING, logger="fedkit"):
@@ -64,6 +65,7 @@ def test_an_aggregate_that_is_not_finite_names_the_aggregating_plugin():
     assert "learning rate" not in str(err.value)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 def test_a_full_disk_is_the_machines_error_with_the_way_to_go_on(tmp_path, monkeypatch, capsys):
     """From round 2 on, every file a client checkpoints is written to /dev/full (a real

@@ -59,6 +59,7 @@ def _digest(state) -> str:
     return h.hexdigest()
 
 
+@pytest.mark.slow
 def test_seeds_are_paired_across_runspecs(tmp_path, monkeypatch):
     """Two runspecs that train differently (lr, local epochs) see, seed by seed, the same
     partition, initial global model and sampled clients; another seed sees others."""

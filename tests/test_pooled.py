@@ -155,6 +155,7 @@ def test_pooled_trains_the_union_of_the_clients_training_data(monkeypatch):
         assert torch.equal(split.targets, before)
 
 
+@pytest.mark.slow
 def test_an_interrupted_pooled_run_resumes_to_the_same_results(tmp_path):
     config = {**CONFIG, "rounds": 3, "pooled": True, "checkpoint": True}
     config["keep_optimizer_state"] = True  # the trainer's optimiser is checkpointed too
@@ -201,6 +202,7 @@ def test_compare_shows_pooled_and_solo_beside_a_method(tmp_path, capsys):
     assert pooled["config"]["pooled"] is True and pooled["reference"]["kind"] == "pooled"
 
 
+@pytest.mark.slow
 def test_pooled_segmentation():
     results = run(tiny_seg(pooled=True, rounds=1))
     assert results["reference"]["kind"] == "pooled"

@@ -170,6 +170,7 @@ def _photos() -> list[tuple[torch.Tensor, int]]:
     ]
 
 
+@pytest.mark.slow
 def test_the_weights_classify_photographs_and_fit_the_tf_architecture_best():
     """The weights are real ImageNet weights (right classes on two photographs), and they
     belong to timm's tf_efficientnet_lite0 (TF "same" padding, eps 1e-3), where they give the
@@ -276,6 +277,7 @@ def test_loading_fixes_the_normaliser_and_enlarges_small_images(tmp_path, caplog
 # ------------------------------------------------------------------ runs and freezing
 
 
+@pytest.mark.slow
 def test_a_pretrained_round_starts_from_the_imagenet_weights_and_keeps_frozen_parts(tmp_path):
     """One round at 32 px from the packaged weights; the frozen stem and first stage come
     back bit for bit (not trained, batch norms kept, averaged exactly), the rest trains."""
@@ -333,6 +335,7 @@ def test_which_backbones_take_their_pretraining_input():
     assert not isinstance(build_model(_task(1, 28), "resnet18").backbone, PretrainedBackbone)
 
 
+@pytest.mark.slow
 def test_the_pretrained_model_gives_the_same_results_on_flower(tmp_path):
     """Every party builds the same adapter from the config: Flower's clients and the local
     engine's train the same pretrained model to the same results."""

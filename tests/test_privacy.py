@@ -65,6 +65,7 @@ def test_fixed_size_sampling_accounts_replace_one_with_twice_the_sensitivity():
     assert accounting.epsilon(fixed, 10, 1e-5) > accounting.epsilon(poisson, 10, 1e-5)
 
 
+@pytest.mark.slow
 def test_calibration_spends_the_target_and_budgets_stop_before_it():
     sigma = accounting.calibrate(lambda s: accounting.Mechanism(s, 0.5), 3.0, 1e-5, 20)
     assert accounting.epsilon(accounting.Mechanism(sigma, 0.5), 20, 1e-5) == pytest.approx(
@@ -156,6 +157,7 @@ def test_poisson_sampling_draws_each_client_with_the_rate():
 # ----------------------------------------------------------------------------- runs
 
 
+@pytest.mark.slow
 def test_client_level_run_records_epsilon_every_round_and_is_deterministic(tmp_path):
     config = tiny(rounds=3, dp={"level": "client", "noise_multiplier": 1.0})
     first = run(config, out=tmp_path / "a")
@@ -174,6 +176,7 @@ def test_client_level_run_records_epsilon_every_round_and_is_deterministic(tmp_p
     assert "epsilon" in metrics_csv(first.rounds).splitlines()[0]
 
 
+@pytest.mark.slow
 def test_target_epsilon_calibrates_or_stops_the_run():
     calibrated = run(tiny(rounds=3, dp={"level": "client", "target_epsilon": 4.0}))
     assert calibrated.final["privacy"]["epsilon"] == pytest.approx(4.0, rel=1e-3)

@@ -44,6 +44,7 @@ def workdir(tmp_path_factory):
     return work
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "line",
     [x for x in readme_lines() if not x.startswith("DATA=")],

@@ -64,12 +64,14 @@ def test_resume_refuses_an_edited_config_naming_the_change(unfinished):
         resume(unfinished)
 
 
+@pytest.mark.slow
 def test_resume_accepts_an_edit_when_told_and_records_it(unfinished):
     _edit(unfinished, lr=0.5)
     assert resume(unfinished, accept_edits=True)["config"]["lr"] == 0.5
     assert "lr: 0.001 -> 0.5" in (unfinished / "config-edits.log").read_text()
 
 
+@pytest.mark.slow
 def test_more_rounds_extend_a_run_without_a_flag(unfinished):
     _edit(unfinished, rounds=2)
     assert len(resume(unfinished).rounds) == 2
@@ -93,6 +95,7 @@ def test_default_run_folders_never_collide(tmp_path, monkeypatch):
     assert len(set(made)) == 8 and all(p.is_dir() for p in made)
 
 
+@pytest.mark.slow
 def test_a_killed_writers_temporary_files_are_removed(unfinished):
     orphans = [unfinished / ".results.json.x1.tmp", unfinished / "checkpoint" / ".s.pt.x2.tmp"]
     for orphan in orphans:
@@ -110,6 +113,7 @@ def test_an_edit_is_told_from_the_checkpoint_when_the_other_records_are_gone(unf
         resume(unfinished)
 
 
+@pytest.mark.slow
 def test_resume_without_any_record_of_the_config_needs_accept_edits(unfinished):
     (unfinished / "config.sha256").unlink()
     manifest = json.loads((unfinished / "checkpoint" / "latest.json").read_text())
@@ -124,6 +128,7 @@ def test_resume_without_any_record_of_the_config_needs_accept_edits(unfinished):
     assert "without a record of the config it started with" in log and "- -> " not in log
 
 
+@pytest.mark.slow
 def test_an_accepted_edit_logs_the_real_values_and_the_round_it_took_effect(unfinished):
     (unfinished / "results.json").unlink()  # the values before come from the checkpoint
     _edit(unfinished, lr=0.5, rounds=2)
@@ -136,6 +141,7 @@ def test_an_accepted_edit_logs_the_real_values_and_the_round_it_took_effect(unfi
     assert "config_edits" not in run(tiny(rounds=1))  # only runs with an accepted edit
 
 
+@pytest.mark.slow
 def test_compare_out_removes_only_what_it_wrote_and_refuses_the_users_files(tmp_path):
     from fedkit_core.comparison import compare
     from fedkit_core.results import compare as cmp

@@ -87,6 +87,7 @@ def test_counts_and_table():
     assert "**before**: bad inputs 0/0 clean (1 n/a); faults 0/1 survived (0 n/a)" in text
 
 
+@pytest.mark.slow
 def test_a_few_cases_against_this_checkout_are_clean():
     """Real CLI commands through the probe's own runner (one warm fork server)."""
     ids = ["yaml-alias-bomb", "set-rounds=abc", "run-out-non-run", "unknown-plugin"]

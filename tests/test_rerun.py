@@ -21,6 +21,7 @@ def _compare(out, specs=("fedavg",), **sets):
     return compare(list(specs), seeds=[0], out=out, base=[tiny(rounds=1)], sets=sets)
 
 
+@pytest.mark.slow
 def test_compare_refuses_a_folder_holding_another_config(tmp_path):
     _compare(tmp_path)
     seed0 = tmp_path / "fedavg" / "seed0"
@@ -33,6 +34,7 @@ def test_compare_refuses_a_folder_holding_another_config(tmp_path):
     assert not (tmp_path / "fca").exists()  # refused before anything ran
 
 
+@pytest.mark.slow
 def test_compare_reuses_a_run_of_the_same_config(tmp_path):
     first = _compare(tmp_path)
     seed0 = RunDir(tmp_path / "fedavg" / "seed0")
@@ -49,6 +51,7 @@ def test_the_hash_ignores_the_run_name_only():
     assert config_hash(config) != config_hash({**config, "lr": 0.01})
 
 
+@pytest.mark.slow
 def test_compare_summary_never_outlives_its_command(tmp_path):
     def compared():
         return set(json.loads((tmp_path / "compare.json").read_text())) - set(RESERVED)
@@ -66,6 +69,7 @@ def test_compare_summary_never_outlives_its_command(tmp_path):
     assert not list(tmp_path.glob("compare.*"))  # no summary of the earlier command is left
 
 
+@pytest.mark.slow
 def test_run_out_refuses_a_folder_holding_another_config(tmp_path):
     run(tiny(rounds=1), out=tmp_path / "r")
     with pytest.raises(FedkitError, match=r"another config \(lr: 0.001 -> 0.01\)"):
@@ -86,6 +90,7 @@ def _lock(out, pid, host=None):
     (out / "run.lock").write_text(json.dumps(lock))
 
 
+@pytest.mark.slow
 def test_a_run_being_written_is_refused_and_a_dead_writers_lock_taken_over(done):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from fedkit_core import run
 from fedkit_core.results.schema import metrics_csv
@@ -91,6 +92,7 @@ def test_an_unchanged_round_is_not_serialised_again(monkeypatch):
     assert [v for v in dumped if isinstance(v, dict) and "sampled" in v] == [records[2]]
 
 
+@pytest.mark.slow
 def test_every_write_of_a_run_is_the_whole_dump(tmp_path, monkeypatch):
     """A run whose last round scores the test split of an earlier one (eval_test=improved
     keeps the best round's model untested): after every round, results.json and

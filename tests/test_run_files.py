@@ -71,6 +71,7 @@ def read_only(monkeypatch):
             path.chmod(stat.S_IMODE(path.stat().st_mode) | 0o200)
 
 
+@pytest.mark.slow
 def test_files_of_a_run_follow_the_umask_and_a_private_run_is_only_its_owners(tmp_path):
     shared = run(tiny(rounds=1), out=tmp_path / "shared")
     assert shared.final
@@ -89,6 +90,7 @@ def test_files_of_a_run_follow_the_umask_and_a_private_run_is_only_its_owners(tm
         assert stat.S_IMODE(path.stat().st_mode) == (0o700 if path.is_dir() else 0o600), path
 
 
+@pytest.mark.slow
 def test_resume_of_a_complete_run_writes_the_outputs_it_lacks(finished, tmp_path):
     killed = _copy(finished, tmp_path / "run")  # as if killed right after results.json
     for name in ("metrics.csv", "curves.png", "curves.svg", "clients.svg"):
@@ -101,6 +103,7 @@ def test_resume_of_a_complete_run_writes_the_outputs_it_lacks(finished, tmp_path
     assert (killed / "results.json").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_an_interrupted_writers_temporary_file_goes_with_the_next_write(finished, tmp_path):
     target = _copy(finished, tmp_path / "run")
     killed = (  # a `fedkit report` killed while writing curves.png
@@ -143,6 +146,7 @@ def test_report_on_a_damaged_or_crafted_results_file_is_one_clear_error(
     assert "Traceback" not in err and "internal error" not in err
 
 
+@pytest.mark.slow
 def test_report_and_compare_summarise_read_only_runs(tmp_path, read_only, capsys):
     from fedkit_core.comparison import compare
 

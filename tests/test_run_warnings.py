@@ -32,6 +32,7 @@ def test_a_segmentation_model_without_foreground_is_said():
     assert run_warnings({"global": {"dice": 0.4}}, {"class_names": ["bg", "vessel"]}) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("evaluation", ["federated", "pooled"])
 def test_a_collapsed_run_warns_in_results_and_a_healthy_one_does_not(tmp_path, evaluation):
     # lr 50 diverges into one class; which one depends on the last bits of the arithmetic

@@ -78,6 +78,7 @@ def test_the_table_counts_seeds_reaching_it_and_pairs_the_seeds_that_both_did():
         target_table(runs, parse_target("final.global.nope=1"))
 
 
+@pytest.mark.slow
 def test_compare_prints_the_time_to_target_and_draws_the_score_against_time(tmp_path, capsys):
     sites = REPO_ROOT / "examples" / "sites" / "straggler.yaml"
     config = tmp_path / "tiny.yaml"

@@ -35,6 +35,7 @@ def write_hospitals(root: Path, per_class: int = 20) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_three_hospitals_of_real_pngs_run_as_three_clients(tmp_path):
     root = write_hospitals(tmp_path / "xray")
     config = {

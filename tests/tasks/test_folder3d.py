@@ -32,6 +32,7 @@ def write_series(folder: Path, volume: np.ndarray, order: list[int] | None = Non
     return folder
 
 
+@pytest.mark.slow
 def test_two_sites_of_nifti_volumes_are_scaled_and_resized(tmp_path, load):
     folder3d.write_fake(tmp_path, per_class=6)
     data = load("folder3d", tmp_path, image_size=8)
@@ -51,6 +52,7 @@ def test_a_dicom_series_is_read_in_slice_position_order(tmp_path):
     assert read.shape == (4, 6, 5) and read[:, 0, 0].tolist() == [0.0, 10.0, 20.0, 30.0]
 
 
+@pytest.mark.slow
 def test_dicom_series_and_nifti_files_mix_in_class_folders(tmp_path, load):
     folder3d.write_fake(tmp_path, per_class=2)
     rng = np.random.default_rng(0)
@@ -59,6 +61,7 @@ def test_dicom_series_and_nifti_files_mix_in_class_folders(tmp_path, load):
     assert len(data.sites["b"]["train"]) == 5 and len(data.sites["a"]["train"]) == 4
 
 
+@pytest.mark.slow
 def test_a_run_through_the_command_line(tmp_path):
     folder3d.write_fake(tmp_path / "data", per_class=6)
     args = ["run", "--task", "folder3d", "--set", f"task.path={tmp_path / 'data'}"]
@@ -84,6 +87,7 @@ def _mixed_series(root: Path) -> None:
     write_fake_dicom(series / "odd.dcm", np.zeros((4, 4)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "make, message",
     [

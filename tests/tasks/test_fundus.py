@@ -54,6 +54,7 @@ def test_real_samples_keep_the_mask_convention(load):
             assert share[0] > 0.7 and 0.005 < share[1] < 0.15 and 0.005 < share[2] < 0.2, site
 
 
+@pytest.mark.slow
 @pytest.mark.realdata
 def test_real_samples_run_a_round_with_four_clients():
     path = shared_data("seg", "site_samples", "midss_fundus4_prostate6", "Fundus")

@@ -59,6 +59,7 @@ def test_the_option_takes_a_list_of_mappings_only(tmp_path):
         resolve(["RandFlipd"])
 
 
+@pytest.mark.slow
 def test_runs_with_transforms_repeat_per_seed_and_refuse_task_augment(tmp_path):
     folder3d.write_fake(tmp_path / "data", per_class=4, shape=(8, 8, 8))
     task = {"name": "folder3d", "path": str(tmp_path / "data"), "image_size": 8}

@@ -65,6 +65,7 @@ def test_every_task_documents_its_data(name):
     assert spec.default_dir == name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ZOO)
 @pytest.mark.parametrize("state", ["absent", "empty"])
 def test_missing_data_names_layout_and_source(tmp_path, load, name, state):

@@ -47,6 +47,7 @@ def mean_drift(results):
     return sum(values) / len(values)
 
 
+@pytest.mark.slow
 def test_a_large_mu_keeps_local_models_near_the_global_one():
     free = run(tiny(optimizer="sgd", lr=0.05), plugins={"drift": Drift()})
     held = run(

@@ -4,6 +4,7 @@ and clients are scored with the mixture."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from fedkit_baselines.apfl import Mixture
 from torch import nn
@@ -39,6 +40,7 @@ def test_the_mixtures_gradients_are_the_papers():
     assert torch.allclose(mixture.alpha.grad, alpha_grad.detach(), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_alpha_is_learned_within_its_range_or_kept():
     learned = run(tiny(rounds=2, plugins=["apfl"], apfl={"alpha_lr": 20.0}))
     alphas = [t["apfl.alpha"] for r in learned.rounds for t in r["train"].values()]

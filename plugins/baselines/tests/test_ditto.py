@@ -47,6 +47,7 @@ def test_personal_model_starts_at_the_global_one_and_its_proximal_term_matches_b
     assert client.model.head.weight.grad is None and personal.head.weight.grad is not None
 
 
+@pytest.mark.slow
 def test_personal_model_never_uploaded_and_kept_across_rounds():
     uploads, watch = Uploads(), Watch(f"extras.{ditto.PERSONAL}")
     results = run(
@@ -66,6 +67,7 @@ def test_personal_model_never_uploaded_and_kept_across_rounds():
     assert set(results.final["views"]) == {"global", "personal"}
 
 
+@pytest.mark.slow
 def test_flower_gives_the_local_engines_results():
     pytest.importorskip("flwr")
     config = tiny(rounds=2)

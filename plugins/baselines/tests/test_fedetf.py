@@ -25,6 +25,7 @@ def test_etf_needs_room():
         fedetf.simplex_etf(3, 5, torch.Generator())
 
 
+@pytest.mark.slow
 def test_runs_with_a_fixed_etf_that_is_never_sent_and_personalises():
     config = tiny(rounds=2, fedetf={"cycles": 1, "epochs": 1})
     results = run(config, plugins={"fedetf": fedetf})

@@ -51,6 +51,7 @@ def test_segmentation_is_refused():
         run(tiny_seg(rounds=1), plugins={"fedrep": fedrep})
 
 
+@pytest.mark.slow
 def test_a_run_with_kept_optimiser_state_resumes_exactly(tmp_path):
     # the kept optimiser holds the body alone (the head is frozen when it is built): a
     # resumed client must rebuild it on the same parameters before loading its state

@@ -31,6 +31,7 @@ class Received:
         self.models[client.round] = client.model.shared_state()
 
 
+@pytest.mark.slow
 def test_flowers_fedadam_gives_fedkits_fedadam_on_the_parameters():
     # bn=local: Flower's FedAdam steps every array it gets, batch-norm statistics included,
     # fedkit's the trainable parameters only; without shared statistics the two agree
@@ -77,6 +78,7 @@ def test_fedmedian_is_the_element_wise_median():
     assert new["n"].dtype == torch.int64
 
 
+@pytest.mark.slow
 def test_the_strategys_state_resumes(tmp_path):
     config = tiny(rounds=3, checkpoint=True, plugins=["flower-strategy"])
     config["flower-strategy"] = {"strategy": "FedAdam", "args": ADAM}

@@ -9,6 +9,8 @@ import pytest
 from fedkit_core import run
 from fedkit_core.testing import tiny
 
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("flwr")
 
 COMBINATIONS = [

@@ -135,6 +135,7 @@ def test_fedlc_composes_with_qfedavg(local_run):
     assert 0 <= local_run.final["global"]["bacc"] <= 1
 
 
+@pytest.mark.slow
 def test_fedlc_with_qfedavg_on_flower_gives_the_local_results(local_run):
     pytest.importorskip("flwr")
     config = small(optimizer="sgd", lr=0.05, engine="flower", flower={"backend": "thread"})

@@ -17,6 +17,8 @@ import yaml
 
 from fedkit_core.testing import tiny
 
+pytestmark = pytest.mark.slow
+
 FEDKIT = [sys.executable, "-m", "fedkit_core.cli"]
 #: enough rounds that the run is still going when it is killed after its second
 ROUNDS = 6

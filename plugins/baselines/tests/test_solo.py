@@ -27,6 +27,7 @@ def test_nothing_is_uploaded_and_each_client_continues_from_its_own_weights():
     assert set(results.final["clients"]) == {"site0", "site1", "site2"}
 
 
+@pytest.mark.slow
 def test_flower_gives_the_local_engines_results():
     pytest.importorskip("flwr")
     config = tiny(rounds=2)

@@ -1,9 +1,12 @@
 """FCA runs on any timm backbone: the paper's EfficientNet-B0 (built without weights offline)."""
 
 import fedkit_fca.plugin as fca
+import pytest
 
 from fedkit_core import hookimpl, run
 from fedkit_core.testing import tiny
+
+pytestmark = pytest.mark.slow
 
 
 class HeadShapes:
@@ -16,6 +19,7 @@ class HeadShapes:
         self.shapes[client.id] = (extra.in_features, extra.out_features, client.model.feature_dim)
 
 
+@pytest.mark.slow
 def test_efficientnet_b0_gets_a_personal_head_on_its_1280_features():
     spy = HeadShapes()
     results = run(

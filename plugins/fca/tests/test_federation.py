@@ -123,6 +123,7 @@ def test_global_model_is_fedavg_by_training_size(spied):
         np.testing.assert_allclose(server["global_state"][key].numpy(), want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_resume_after_a_crash_gives_the_uninterrupted_run(spied, tmp_path):
     _, whole, whole_out = spied
     out = tmp_path / "crashed"

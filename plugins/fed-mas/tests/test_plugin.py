@@ -347,6 +347,7 @@ class PriorSpy:
         self.stems.append(client.priors[ENCODER].net.conv_stem.weight.clone())
 
 
+@pytest.mark.slow
 def test_runs_with_the_offline_imagenet_backbone_and_prior(tmp_path):
     """The paper's setting offline: an ImageNet-pretrained local model and an ImageNet prior
     (EfficientNet-Lite0 for both; the paper's ResNet-18 and MoCo ResNet-50 need the hub)."""

@@ -165,6 +165,7 @@ def test_missing_encoder_packages_name_the_extra(monkeypatch):
     encoders._clip.cache_clear()
 
 
+@pytest.mark.slow
 def test_open_clip_text_tower_built_without_pretrained_weights():
     open_clip = pytest.importorskip("open_clip")
     with pytest.raises(FedkitError, match="needs fedcb.encoder_weights"):
@@ -238,6 +239,7 @@ def test_combines_with_the_fedprox_example_plugin(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_flower_engine_gives_the_local_results(tmp_path):
     pytest.importorskip("flwr")
     config = fedcb_config(tmp_path, rounds=2)
@@ -251,6 +253,7 @@ def test_flower_engine_gives_the_local_results(tmp_path):
         assert flower.final["global"][key] == pytest.approx(local.final["global"][key], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_trains_the_offline_imagenet_backbone_when_asked(tmp_path):
     """The paper trains from scratch (fedkit's default); ``model=efficientnet_lite0
     pretrained=true`` puts FedCB's frozen classifier on the ImageNet backbone."""

@@ -53,6 +53,7 @@ def config(knowledge, **overrides):
     )
 
 
+@pytest.mark.slow
 def test_the_whole_small_model_is_averaged_and_private_parts_never_leave_a_client(
     knowledge_file, messages
 ):
@@ -103,6 +104,7 @@ def test_the_whole_small_model_is_averaged_and_private_parts_never_leave_a_clien
         assert all(torch.equal(before[k], v) for k, v in spy.end[1, cid].items())
 
 
+@pytest.mark.slow
 def test_flower_engine_runs_different_architectures_per_node(knowledge_file):
     cfg = config(knowledge_file, engine="flower", flower={"backend": "thread"}, rounds=1)
     results = run(cfg)
@@ -156,6 +158,7 @@ def test_role_options_are_exclusive(knowledge_file):
         run(tiny(plugins=["fedhelp"], fedhelp={**base, "num_large": 3}))
 
 
+@pytest.mark.slow
 def test_large_pretrained_asks_the_core_model_builder(knowledge_file, monkeypatch):
     asked = []
     build = fh.build_model

@@ -68,6 +68,7 @@ def test_encode_undoes_the_task_normalisation():
     torch.testing.assert_close(enc.encode(norm(raw), norm), enc(raw.float() / 255))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("source", "dim"),
     [("timm:test_resnet", None), ("torchvision:resnet18", 512), ("open_clip:ViT-S-32", 384)],

@@ -118,6 +118,7 @@ def test_bad_input_exits_2_with_one_message(case, message, tmp_path, medmnist_np
     assert not (tmp_path / "p.pt").exists()
 
 
+@pytest.mark.slow
 def test_task_images_are_pooled_over_clients(tmp_path):
     out = tmp_path / "prior.pt"
     args = ["prior", "pretrain", "--task", "synthetic", "--set", "task.sites=2"]
