@@ -51,19 +51,26 @@ def _per_sample_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) ->
     return out
 
 
-def _step(mode: str, clip: float, sigma: float) -> list[torch.Tensor]:
-    """The parameters after one DP-SGD step (SGD, lr 1) of ``mode``."""
-    model = _model()
-    x, y = _data()
-    dp = PerSampleClipping(
+def _clipping(
+    model: torch.nn.Module, mode: str, clip: float = 1.0, sigma: float = 0.0, seed: int = 7
+) -> PerSampleClipping:
+    """``mode``'s DP-SGD step around ``model`` (SGD, lr 1), noise from generator ``seed``."""
+    return PerSampleClipping(
         model,
         torch.optim.SGD(model.parameters(), lr=1.0),
         mode,
         clip=clip,
         sigma=sigma,
         expected_batch_size=BATCH,
-        generator=torch.Generator().manual_seed(7),
+        generator=torch.Generator().manual_seed(seed),
     )
+
+
+def _step(mode: str, clip: float, sigma: float) -> list[torch.Tensor]:
+    """The parameters after one DP-SGD step (SGD, lr 1) of ``mode``."""
+    model = _model()
+    x, y = _data()
+    dp = _clipping(model, mode, clip, sigma)
     dp.optimizer.zero_grad(set_to_none=True)
     outputs = model(x)
     dp.backward(F.cross_entropy(outputs, y), lambda: F.cross_entropy(outputs, y, reduction="none"))
@@ -105,15 +112,7 @@ def test_ghost_and_hooks_add_the_same_noise():
 def test_ghost_empty_step_adds_noise_only():
     model = _model()
     before = [p.detach().clone() for p in model.parameters()]
-    dp = PerSampleClipping(
-        model,
-        torch.optim.SGD(model.parameters(), lr=1.0),
-        "ghost",
-        clip=1.0,
-        sigma=1.0,
-        expected_batch_size=BATCH,
-        generator=torch.Generator().manual_seed(7),
-    )
+    dp = _clipping(model, "ghost", sigma=1.0)
     dp.empty_step()
     noise = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, model.parameters())])
     assert 0.5 < float(noise.std() * BATCH) < 1.5  # std sigma * C / expected batch size
@@ -187,15 +186,7 @@ def test_clipping_reports_a_term_that_bypasses_the_per_sample_gradients():
     outputs, even one that mixes samples; a term on the weights shows as a gap."""
     model = _model()
     x, y = _data()
-    dp = PerSampleClipping(
-        model,
-        torch.optim.SGD(model.parameters(), lr=1.0),
-        "hooks",
-        clip=1.0,
-        sigma=0.0,
-        expected_batch_size=BATCH,
-        generator=torch.Generator().manual_seed(0),
-    )
+    dp = _clipping(model, "hooks", seed=0)
     logits = dp.module(x)
     mixed = F.cross_entropy(logits, y) + logits.softmax(-1).mean(0).pow(2).sum()
     dp.backward(mixed)
