@@ -224,6 +224,34 @@ def test_sample_level_model_has_group_norm_on_every_party():
     assert "GroupNorm" in kinds and not any("BatchNorm" in k for k in kinds)
 
 
+class _Scaled(torch.nn.Module):
+    """A head holding a fixed buffer beside a learnt scale (as FedETF's): Opacus has no
+    per-sample rule for such a layer."""
+
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__()
+        self.inner, self.scale = inner, torch.nn.Parameter(torch.ones(()))
+        self.register_buffer("fixed", torch.ones(()), persistent=False)
+
+    def forward(self, x):
+        return self.scale * self.fixed * self.inner(x)
+
+
+class _ScaledHead:
+    """A throwaway plugin that wraps the model's head in :class:`_Scaled`."""
+
+    @staticmethod
+    @hookimpl
+    def fedkit_extend_model(model, ctx):
+        model.head = _Scaled(model.head)
+
+
+def test_a_layer_opacus_cannot_differentiate_per_sample_is_refused_before_training():
+    with pytest.raises(FedkitError, match=r"1 layer\(s\) hold trainable.*: 'head' \(_Scaled\)"):
+        run(tiny(rounds=1, dp={"level": "sample"}), plugins={"scaled": _ScaledHead})
+    run(tiny(rounds=1), plugins={"scaled": _ScaledHead})  # without sample-level DP: trains
+
+
 # ----------------------------------------------------------------------------- channels
 
 

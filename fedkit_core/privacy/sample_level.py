@@ -78,6 +78,13 @@ def prepare_model(model: FedModel, config: Config) -> FedModel:
     if errors and config["dp.batchnorm"] == "replace":
         model = ModuleValidator.fix(model)
         errors = ModuleValidator.validate(model, strict=False)
+    layers = unsupported_layers(model)
+    if layers:
+        more = f" and {len(layers) - 4} more" if len(layers) > 4 else ""
+        errors.append(
+            f"{len(layers)} layer(s) hold trainable parameters of their own beside buffers, "
+            f"for which Opacus has no per-sample rule: {', '.join(layers[:4])}{more}"
+        )
     if errors:
         listed = "; ".join(str(e) for e in errors[:4])
         hint = (
@@ -90,6 +97,22 @@ def prepare_model(model: FedModel, config: Config) -> FedModel:
             f"{listed}{hint}"
         )
     return model
+
+
+def unsupported_layers(model: torch.nn.Module) -> list[str]:
+    """``'name' (type)`` of each layer Opacus cannot give per-sample gradients: a module of a type it has no
+    rule for, holding trainable parameters of its own, falls back to functorch, which
+    refuses one with buffers (e.g. a plugin's head with a fixed buffer beside a learnt
+    scale). Found here, before training, rather than as a client's failure in round 1."""
+    from opacus import GradSampleModule
+
+    return [
+        f"{name!r} ({type(layer).__name__})"
+        for name, layer in model.named_modules()
+        if type(layer) not in GradSampleModule.GRAD_SAMPLERS
+        and any(p.requires_grad for p in layer.parameters(recurse=False))
+        and any(True for _ in layer.buffers())
+    ]
 
 
 def steps_per_round(n: int, config: Config) -> int:
