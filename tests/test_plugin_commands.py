@@ -5,7 +5,9 @@ its own commands; a core command never imports the installed plugins."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
+from importlib.metadata import entry_points
 
 import pytest
 
@@ -53,7 +55,7 @@ def throwaway(tmp_path, monkeypatch):
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fedkit-throwaway\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(
-        f"[fedkit.plugins]\nthrowaway = {module}\nthrowaway-broken = fedkit_no_such_module\n"
+        f"[fedkit.commands]\nthrowaway = {module}\nthrowaway-broken = fedkit_no_such_module\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, module, raising=False)
@@ -92,3 +94,20 @@ def test_an_unknown_command_stays_a_readable_usage_error(throwaway, capsys):
     assert main(["helo"]) == 2
     err = capsys.readouterr().err
     assert "No such command 'helo'" in err and "Traceback" not in err
+
+
+def test_help_imports_neither_torch_nor_the_method_plugins():
+    """``fedkit --help`` lists the commands of the ``fedkit.commands`` modules only: the
+    installed methods (``fedkit.plugins``), and torch with them, stay unimported."""
+    code = (
+        "import sys\n"
+        "from fedkit_core.cli import main\n"
+        "assert main(['--help']) == 0\n"
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('fedkit_')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    imported = done.stdout.strip().splitlines()[-1]
+    assert "'torch'" not in imported, imported
+    methods = [ep.value.split(".")[0] for ep in entry_points(group="fedkit.plugins")]
+    assert methods and not any(f"'{m}" in imported for m in methods), imported

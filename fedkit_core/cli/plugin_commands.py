@@ -1,12 +1,16 @@
 """Commands that installed plugins add to ``fedkit`` (the ``fedkit_register_commands`` hook).
 
-The ``fedkit`` group holds the core's commands; installed plugins are imported, and their
-commands added, only when a command the core lacks is asked for or when ``fedkit --help``
-lists them all. A run so never imports every installed plugin, and a plugin that fails to
-import, or whose hook fails, costs only its own commands, with one warning.
+The ``fedkit`` group holds the core's commands. A package adds commands by naming the module
+that implements the hook under the entry-point group ``fedkit.commands`` (not the method
+plugins' ``fedkit.plugins``), so listing them (``fedkit --help``) imports those modules only,
+not every installed method and torch with it. They are imported only when a command the core
+lacks is asked for or when ``fedkit --help`` lists them all; a module that fails to import,
+or whose hook fails, costs only its own commands, with one warning.
 """
 
 from __future__ import annotations
+
+from importlib.metadata import entry_points
 
 import click
 import pluggy
@@ -16,7 +20,9 @@ from typer.core import TyperGroup
 
 from fedkit_core.cli.options import err_console
 from fedkit_core.contract import hookspecs
-from fedkit_core.plugins import installed
+
+#: the entry-point group of the modules that add commands (``fedkit_register_commands``)
+COMMANDS_GROUP = "fedkit.commands"
 
 
 class PluginCommandsGroup(TyperGroup):
@@ -45,17 +51,18 @@ class PluginCommandsGroup(TyperGroup):
 
 
 def plugin_commands() -> list[tuple[str, str, click.Command]]:
-    """``(plugin, command name, command)`` for every command the installed plugins register,
-    in the plugins' name order."""
+    """``(entry-point name, command name, command)`` for every command the modules of
+    :data:`COMMANDS_GROUP` register, in their entry-point names' order."""
     pm = pluggy.PluginManager("fedkit")
     pm.add_hookspecs(hookspecs)
-    for name, entry_point in sorted(installed().items()):
+    found_points = {ep.name: ep for ep in entry_points(group=COMMANDS_GROUP)}
+    for name, entry_point in sorted(found_points.items()):
         try:
             plugin = entry_point.load()
             if not pm.is_registered(plugin):
                 pm.register(plugin, name=name)
         except Exception as err:
-            warn(f"plugin {name!r} ({entry_point.value}) cannot be loaded, {_missing(err)}")
+            warn(f"commands {name!r} ({entry_point.value}) cannot be loaded, {_missing(err)}")
     found = []
     for impl in pm.hook.fedkit_register_commands.get_hookimpls():  # registration order
         app = typer.Typer()

@@ -397,7 +397,9 @@ def fedkit_summary(server: ServerContext, scopes: Mapping[str, Any]) -> Mapping[
 def fedkit_register_commands(cli: Any) -> None:
     """Add commands to the ``fedkit`` command line. Additive; called once per ``fedkit``
     invocation that needs a command the core lacks (or lists them all, ``fedkit --help``),
-    for every installed plugin; never during a run.
+    for every module named in the entry-point group ``fedkit.commands`` (not the methods'
+    ``fedkit.plugins``: listing commands then imports only these light modules); never
+    during a run.
 
     ``cli`` is a ``typer.Typer`` app: add a command with ``@cli.command()`` or a group with
     ``cli.add_typer(app, name="prior")`` (fedkit-priors adds ``fedkit prior`` and ``fedkit

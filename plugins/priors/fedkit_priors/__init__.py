@@ -8,35 +8,38 @@ make it.
 * :mod:`fedkit_priors.cli`: ``fedkit prior pretrain`` and ``fedkit knowledge build``, added to
   the ``fedkit`` command through the ``fedkit_register_commands`` hook.
 
-Method plugins import the names below from here.
+Method plugins import the names below from here. They load on first use, so that importing
+:mod:`fedkit_priors.cli` (``fedkit --help``) does not import torch.
 """
 
 from __future__ import annotations
 
-from fedkit_priors.encoders import (
-    FrozenEncoder,
-    check_source,
-    encoder_feature_dim,
-    frozen_encoder,
-)
-from fedkit_priors.knowledge import (
-    Knowledge,
-    build_knowledge,
-    fit_images,
-    load_knowledge,
-    load_public,
-    save_knowledge,
-)
+import importlib
+from typing import Any
 
-__all__ = [
-    "FrozenEncoder",
-    "Knowledge",
-    "build_knowledge",
-    "check_source",
-    "encoder_feature_dim",
-    "fit_images",
-    "frozen_encoder",
-    "load_knowledge",
-    "load_public",
-    "save_knowledge",
-]
+_HOMES = {
+    "FrozenEncoder": "encoders",
+    "check_source": "encoders",
+    "encoder_feature_dim": "encoders",
+    "frozen_encoder": "encoders",
+    "Knowledge": "knowledge",
+    "build_knowledge": "knowledge",
+    "fit_images": "knowledge",
+    "load_knowledge": "knowledge",
+    "load_public": "knowledge",
+    "save_knowledge": "knowledge",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'fedkit_priors' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"fedkit_priors.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
