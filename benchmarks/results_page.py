@@ -25,6 +25,7 @@ import argparse
 import os
 import shlex
 import shutil
+import statistics
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -356,7 +357,11 @@ def section(
         reference=reference,
     )
     runs = load_runs(where, specs, seeds)
-    seconds = {s: row["final.wall_seconds"]["mean"] for s, row in found.table.items()}
+    # the median over seeds: a run resumed after a pause (or one that shared the machine
+    # with more jobs) would stretch a mean
+    seconds = {
+        s: statistics.median(r.final["wall_seconds"] for r in done) for s, done in runs.items()
+    }
     took = ", ".join(f"{s} {t / 60:.1f} min" for s, t in seconds.items())
     print(f"{method.slug}: {took} per run", flush=True)
     reproduced, sentences = judge(method, found, runs, seeds)
@@ -370,7 +375,7 @@ def section(
         f"**The paper.** {method.paper}",
         "",
         f"**Here.** {method.setting} Config `{method.config}`; training time per run on this "
-        f"machine: {took}.",
+        f"machine (median over seeds): {took}.",
         "",
         "```bash",
         command(specs, method.config, sets, seeds_text)
