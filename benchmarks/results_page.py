@@ -442,14 +442,16 @@ def section(
 
 
 def share_runs(source: Path, where: Path, runspecs: Sequence[str]) -> None:
-    """Hard-link the run folders of ``runspecs`` from another method's comparison (same
-    config) into ``where``, where they are not there yet; ``compare`` reuses a run only if
+    """Hard-link the seed folders of ``runspecs`` from another method's comparison (same
+    config) into ``where``, each where it is not there yet (seed by seed: a section run
+    before with fewer seeds gets the new ones shared too); ``compare`` reuses a run only if
     its config is this comparison's, and continues or reruns it otherwise."""
     for spec in runspecs:
-        src, dst = source / runspec_label(spec), where / runspec_label(spec)
-        if src.is_dir() and not dst.exists():
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copytree(src, dst, copy_function=os.link)
+        for src in sorted((source / runspec_label(spec)).glob("seed*")):
+            dst = where / runspec_label(spec) / src.name
+            if src.is_dir() and not dst.exists():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copytree(src, dst, copy_function=os.link)
 
 
 def ablation_section(
