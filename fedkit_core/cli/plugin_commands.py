@@ -55,8 +55,8 @@ def plugin_commands() -> list[tuple[str, str, click.Command]]:
     :data:`COMMANDS_GROUP` register, in their entry-point names' order."""
     pm = pluggy.PluginManager("fedkit")
     pm.add_hookspecs(hookspecs)
-    found_points = {ep.name: ep for ep in entry_points(group=COMMANDS_GROUP)}
-    for name, entry_point in sorted(found_points.items()):
+    for entry_point in sorted(entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name):
+        name = entry_point.name
         try:
             plugin = entry_point.load()
             if not pm.is_registered(plugin):

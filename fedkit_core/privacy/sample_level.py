@@ -100,10 +100,11 @@ def prepare_model(model: FedModel, config: Config) -> FedModel:
 
 
 def unsupported_layers(model: torch.nn.Module) -> list[str]:
-    """``'name' (type)`` of each layer Opacus cannot give per-sample gradients: a module of a type it has no
-    rule for, holding trainable parameters of its own, falls back to functorch, which
-    refuses one with buffers (e.g. a plugin's head with a fixed buffer beside a learnt
-    scale). Found here, before training, rather than as a client's failure in round 1."""
+    """``'name' (type)`` of each layer Opacus cannot give per-sample gradients: a module of
+    a type it has no rule for, holding trainable parameters of its own, falls back to
+    functorch, which refuses one with buffers (e.g. a plugin's head with a fixed buffer
+    beside a learnt scale). Found here, before training, rather than as a client's failure
+    in round 1."""
     from opacus import GradSampleModule
 
     return [
@@ -111,7 +112,7 @@ def unsupported_layers(model: torch.nn.Module) -> list[str]:
         for name, layer in model.named_modules()
         if type(layer) not in GradSampleModule.GRAD_SAMPLERS
         and any(p.requires_grad for p in layer.parameters(recurse=False))
-        and any(True for _ in layer.buffers())
+        and next(layer.buffers(), None) is not None
     ]
 
 
