@@ -94,10 +94,17 @@ def resume(
     plugins: Mapping[str, Any] | None = None,
     observer: Observer | None = None,
     accept_edits: bool = False,
+    rounds: int | None = None,
 ) -> Results:
     """Continue the run in ``out`` from its last completed round (same final results as an
     uninterrupted run), on the engine it was started on. A complete run is returned as it is;
     a run another live process is writing is refused.
+
+    ``rounds``: extend the run, complete or not, to that many rounds (more than it has run):
+    the rounds so far are kept, and the training is the same as a run planned that long
+    (its lr schedule counts rounds, not fractions of them). A run under differential
+    privacy is not extended: its noise was calibrated for the rounds it planned. Raising
+    ``rounds`` in ``config.yaml`` does the same.
 
     A ``config.yaml`` edited since the run started (its hash no longer matches
     ``config.sha256``) is refused, as the rounds run so far used the old values; with
@@ -105,14 +112,49 @@ def resume(
     ``config-edits.log``.
     """
     run_dir = RunDir(out)
-    saved = run_dir.load_config()
+    run_dir.load_config()  # not a run: refused before the lock makes a folder
     with run_dir.lock():
-        if (done := _complete(run_dir)) is not None:
+        if rounds is not None:
+            _plan_rounds(run_dir, rounds)
+        saved = run_dir.load_config()
+        checkpoints = ServerCheckpoints(run_dir.checkpoint)
+        done = _complete(run_dir)
+        if done is not None and not _more_rounds_planned(saved, checkpoints):
             write_missing_outputs(run_dir, done)  # killed after its results, before its plots
             return done
-        run_dir.check_edits(accept_edits, ServerCheckpoints(run_dir.checkpoint).config())
+        run_dir.check_edits(accept_edits, checkpoints.config())
         cfg, plugin_set = resolve_config(saved, plugins)
         return _continue(run_dir, cfg, plugin_set, observer or Observer())
+
+
+def _plan_rounds(run_dir: RunDir, rounds: int) -> None:
+    """Set ``rounds`` in the run's ``config.yaml`` (an extension :meth:`RunDir.check_edits`
+    accepts), refusing a run without a checkpoint, fewer rounds than it has run and a run
+    under differential privacy."""
+    config = run_dir.load_config()
+    ran = ServerCheckpoints(run_dir.checkpoint).round()
+    if ran is None:
+        raise FedkitError(
+            f"{run_dir.path} has no checkpoint (checkpoint=false, or no round done): it cannot "
+            "be extended"
+        )
+    if rounds <= ran:
+        raise FedkitError(
+            f"{run_dir.path} has run {ran} rounds; --rounds must be more to extend it"
+        )
+    if (config.get("dp") or {}).get("level", "none") != "none":
+        raise FedkitError(
+            f"{run_dir.path} runs under differential privacy, calibrated for its "
+            f"{config.get('rounds')} planned rounds: it is not extended; start a new run "
+            f"planned for {rounds} rounds"
+        )
+    run_dir.write_config_only({**config, "rounds": rounds})
+
+
+def _more_rounds_planned(config: Mapping[str, Any], checkpoints: ServerCheckpoints) -> bool:
+    """Whether ``config.yaml`` plans more rounds than the checkpoint holds (an extension)."""
+    ran = checkpoints.round()
+    return ran is not None and isinstance(config.get("rounds"), int) and config["rounds"] > ran
 
 
 def _complete(run_dir: RunDir) -> Results | None:

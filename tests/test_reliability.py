@@ -78,6 +78,41 @@ def test_more_rounds_extend_a_run_without_a_flag(unfinished):
     assert "rounds: 1 -> 2" in (unfinished / "config-edits.log").read_text()
 
 
+STEPPED = {"checkpoint": True, "lr_schedule": "step", "lr_milestones": [2, 3], "lr_gamma": 0.1}
+
+
+@pytest.mark.slow
+def test_a_complete_run_extended_trains_as_a_run_planned_that_long(tmp_path):
+    planned = run(tiny(rounds=3, **STEPPED), out=tmp_path / "planned")
+    run(tiny(rounds=1, **STEPPED), out=tmp_path / "short")
+    with pytest.raises(FedkitError, match="extend it with `fedkit resume .* --rounds 3`"):
+        run(tiny(rounds=3, **STEPPED), out=tmp_path / "short", reuse=True)
+    extended = resume(tmp_path / "short", rounds=3)
+    assert extended["status"] == "complete" and extended.final["round"] == 3
+    assert extended.final["global"] == planned.final["global"]
+    assert extended.final["clients"] == planned.final["clients"]
+    assert run(tiny(rounds=3, **STEPPED), out=tmp_path / "short", reuse=True).final["round"] == 3
+
+
+def test_an_edit_to_more_rounds_is_never_answered_with_the_old_results(tmp_path):
+    run(tiny(rounds=1, checkpoint=True), out=tmp_path / "r")
+    _edit(tmp_path / "r", rounds=2)
+    assert resume(tmp_path / "r").final["round"] == 2
+
+
+def test_an_extension_needs_a_checkpoint_more_rounds_and_no_private_budget(tmp_path):
+    run(tiny(rounds=1, checkpoint=True), out=tmp_path / "r")
+    with pytest.raises(FedkitError, match="has run 1 rounds; --rounds must be more"):
+        resume(tmp_path / "r", rounds=1)
+    run(tiny(rounds=1), out=tmp_path / "unsaved")
+    with pytest.raises(FedkitError, match="has no checkpoint .* cannot be extended"):
+        resume(tmp_path / "unsaved", rounds=2)
+    assert yaml.safe_load((tmp_path / "unsaved" / "config.yaml").read_text())["rounds"] == 1
+    _edit(tmp_path / "r", dp={"level": "client"})  # as if it had run under DP
+    with pytest.raises(FedkitError, match="calibrated for its 1 planned rounds"):
+        resume(tmp_path / "r", rounds=2)
+
+
 def test_default_run_folders_never_collide(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = {"name": "same", "plugins": [], "task.name": "synthetic"}

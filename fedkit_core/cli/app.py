@@ -103,13 +103,19 @@ def resume(
         help="continue although config.yaml was edited since the start (recorded in "
         "config-edits.log)",
     ),
+    rounds: int | None = typer.Option(
+        None,
+        "--rounds",
+        min=1,
+        help="extend the run, complete or not, to this many rounds (e.g. until it converges)",
+    ),
 ) -> None:
-    """Continue an interrupted run from its last completed round."""
+    """Continue an interrupted run from its last completed round, or extend a run."""
     from fedkit_core import api
 
     resume_hint[0] = f"continue the run with `fedkit resume {run_dir}`"
     with observe(quiet, "rounds", logger, run_dir) as observer:
-        results = api.resume(run_dir, observer=observer, accept_edits=accept_edits)
+        results = api.resume(run_dir, observer=observer, accept_edits=accept_edits, rounds=rounds)
     finish(results, run_dir, quiet)
 
 

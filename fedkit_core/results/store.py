@@ -198,8 +198,13 @@ class RunDir:
 
     def save_config(self, nested: Mapping[str, Any]) -> None:
         """Write ``config.yaml`` and its hash ``config.sha256``."""
-        write_text(self.config, yaml.safe_dump(dict(nested), sort_keys=False))
+        self.write_config_only(nested)
         write_text(self.config_sha256, config_hash(nested) + "\n")
+
+    def write_config_only(self, nested: Mapping[str, Any]) -> None:
+        """Rewrite ``config.yaml`` and keep ``config.sha256``: an edit that
+        :meth:`check_edits` will see (``fedkit resume --rounds``)."""
+        write_text(self.config, yaml.safe_dump(dict(nested), sort_keys=False))
 
     def config_hash(self) -> str:
         """The recorded config hash (computed from config.yaml for runs older than the hash)."""
@@ -225,9 +230,17 @@ class RunDir:
         diff = config_diff(old, nested) or [
             f"{self.config_sha256.name} does not match its config.yaml"
         ]
+        was, now = old.get("rounds"), nested.get("rounds")
+        longer = isinstance(was, int) and isinstance(now, int) and now > was
+        extend = (
+            f", extend it with `fedkit resume {self.path} --rounds {now}`"
+            if longer and diff == [f"rounds: {was} -> {now}"]
+            else ""
+        )
         raise FedkitError(
             f"{self.path} holds a run of another config ({'; '.join(diff)}); it is neither "
-            f"reused nor overwritten: choose another --out, or delete {self.path} to run it again"
+            f"reused nor overwritten: choose another --out{extend}, or delete {self.path} to "
+            "run it again"
         )
 
     def recorded_hash(self) -> str | None:
