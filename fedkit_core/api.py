@@ -114,6 +114,7 @@ def resume(
     run_dir = RunDir(out)
     run_dir.load_config()  # not a run: refused before the lock makes a folder
     with run_dir.lock():
+        before = run_dir.load_config()
         if rounds is not None:
             _plan_rounds(run_dir, rounds)
         saved = run_dir.load_config()
@@ -122,8 +123,12 @@ def resume(
         if done is not None and not _more_rounds_planned(saved, checkpoints):
             write_missing_outputs(run_dir, done)  # killed after its results, before its plots
             return done
-        run_dir.check_edits(accept_edits, checkpoints.config())
         cfg, plugin_set = resolve_config(saved, plugins)
+        try:
+            run_dir.check_edits(accept_edits, checkpoints.config(), cfg.defaults())
+        except FedkitError:
+            run_dir.write_config_only(before)  # a refused --rounds leaves no edit behind
+            raise
         return _continue(run_dir, cfg, plugin_set, observer or Observer())
 
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from fedkit_core import FedkitError, resume, run
-from fedkit_core.results.store import RunDir, default_out
+from fedkit_core.results.store import RunDir, config_hash, default_out
 from fedkit_core.testing import tiny
 
 
@@ -92,6 +92,24 @@ def test_a_complete_run_extended_trains_as_a_run_planned_that_long(tmp_path):
     assert extended.final["global"] == planned.final["global"]
     assert extended.final["clients"] == planned.final["clients"]
     assert run(tiny(rounds=3, **STEPPED), out=tmp_path / "short", reuse=True).final["round"] == 3
+
+
+@pytest.mark.slow
+def test_a_run_older_than_an_option_is_extended_twice(tmp_path):
+    """The checkpoint of a resumed run records options fedkit gained since the run began,
+    at their defaults; its config.yaml lacks them: that is no edit."""
+    out = tmp_path / "r"
+    run(tiny(rounds=1, checkpoint=True), out=out)
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    del config["dp"]["grad_sample"]  # as made before the option existed
+    (out / "config.yaml").write_text(yaml.safe_dump(config))
+    (out / "config.sha256").write_text(config_hash(config) + "\n")
+    assert resume(out, rounds=2).final["round"] == 2
+    assert resume(out, rounds=3).final["round"] == 3
+    with pytest.raises(FedkitError, match=r"started \(lr: 0.001 -> 0.5; rounds: 3 -> 4\)"):
+        _edit(out, lr=0.5)
+        resume(out, rounds=4)
+    assert yaml.safe_load((out / "config.yaml").read_text())["rounds"] == 3  # left as it was
 
 
 def test_an_edit_to_more_rounds_is_never_answered_with_the_old_results(tmp_path):

@@ -137,6 +137,14 @@ def config_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _gained(key: str, old: Mapping[str, Any], new: Mapping[str, Any], defaults: Mapping) -> bool:
+    """Whether ``key``, missing on one side, is held at its default on the other (an option
+    fedkit gained between the two configs)."""
+    if (key in old) == (key in new) or key not in defaults:
+        return False
+    return old.get(key, new.get(key)) == defaults[key]
+
+
 def only_new_defaults(
     old: Mapping[str, Any], new: Mapping[str, Any], defaults: Mapping[str, Any]
 ) -> bool:
@@ -259,7 +267,12 @@ class RunDir:
             return None
         return config if isinstance(config, dict) else None
 
-    def check_edits(self, accept: bool, committed: Mapping[str, Any] | None = None) -> None:
+    def check_edits(
+        self,
+        accept: bool,
+        committed: Mapping[str, Any] | None = None,
+        defaults: Mapping[str, Any] | None = None,
+    ) -> None:
         """Refuse a ``config.yaml`` edited since the run started, naming the changed keys,
         unless ``accept`` or the only edit is more ``rounds`` (a run extended); an accepted
         edit is recorded in ``config-edits.log`` with its values before and after, and the
@@ -267,7 +280,9 @@ class RunDir:
 
         What the run ran under comes from ``committed`` (the config of the last
         checkpointed round), else results.json; ``config.sha256`` tells an edit too. With
-        none of them readable an edit cannot be told apart, so resuming needs ``accept``."""
+        none of them readable an edit cannot be told apart, so resuming needs ``accept``.
+        A key one side lacks that the other holds at its default (``defaults``: dotted key ->
+        default) is an option fedkit gained in between, not an edit."""
         nested = self.load_config()
         recorded = self.recorded_hash()
         before = dict(committed) if committed is not None else self.recorded_config()
@@ -293,14 +308,22 @@ class RunDir:
         if not edited:
             return
         old, new = _flat(before or {}), _flat(nested)
-        changed = sorted(k for k in old.keys() | new.keys() if old.get(k, "-") != new.get(k, "-"))
+        changed = [
+            k
+            for k in sorted(old.keys() | new.keys())
+            if old.get(k, "-") != new.get(k, "-") and not _gained(k, old, new, defaults or {})
+        ]
+        if before is not None and not changed:
+            return
         if before is None:
             changes = (
                 f"config.yaml differs from {self.config_sha256.name}; the values before are "
                 "not recorded (results.json and the checkpoint's record are missing)"
             )
         else:
-            changes = "; ".join(config_diff(old, new)) or "config.yaml differs from config.sha256"
+            changes = "; ".join(
+                line for line in config_diff(old, new) if line.split(":")[0] in changed
+            )
         rounds = [old.get("rounds"), new.get("rounds")]
         extended = changed == ["rounds"] and all(isinstance(r, int) for r in rounds)
         if not (accept or (extended and rounds[1] > rounds[0])):

@@ -1,6 +1,7 @@
 """Per-client table of `fedkit compare fedavg fedhelp` runs (one compare folder per seed or
-one with several seeds): bACC per client (mean ± std), the paired gain with a 95% t interval,
-fairness and the first round's bytes.
+one with several seeds): bACC per client (mean ± std over seeds, the population std as
+`fedkit compare` prints it), the paired gain (seed by seed) with a 95% t interval, fairness
+and the first round's bytes.
 
     python -m fedkit_fedhelp.table runs/fedhelp-pneumonia
 """
@@ -17,18 +18,23 @@ from scipy import stats
 METHODS = ("fedavg", "fedhelp")
 
 
-def _runs(root: Path, method: str) -> list[dict]:
-    files = sorted(root.glob(f"**/{method}/seed*/results.json"))
-    runs = [json.loads(f.read_text()) for f in files]
-    return [r for r in runs if r.get("status") == "complete"]
+def _runs(root: Path, method: str) -> dict[str, dict]:
+    """The complete runs of ``method`` under ``root`` by seed folder (``seed0``, ...)."""
+    runs = {
+        f.parent.name: json.loads(f.read_text())
+        for f in root.glob(f"**/{method}/seed*/results.json")
+    }
+    return {seed: r for seed, r in sorted(runs.items()) if r.get("status") == "complete"}
 
 
 def table(root: Path) -> str:
-    runs = {m: _runs(root, m) for m in METHODS}
-    seeds = min(len(r) for r in runs.values())
-    if seeds < 2:
-        return f"{root}: complete runs per method {[len(r) for r in runs.values()]}; need 2+"
-    runs = {m: r[:seeds] for m, r in runs.items()}
+    found = {m: _runs(root, m) for m in METHODS}
+    paired = sorted(set(found["fedavg"]) & set(found["fedhelp"]))
+    if len(paired) < 2:
+        counts = [len(r) for r in found.values()]
+        return f"{root}: complete runs per method {counts}, {len(paired)} seeds paired; need 2+"
+    runs = {m: [found[m][seed] for seed in paired] for m in METHODS}
+    seeds = len(paired)
     lines = [
         f"{seeds} seeds, client bACC (served model), mean ± std; gain: paired, 95% t interval",
         "| client | FedAvg | FedHelp | gain |",
@@ -39,13 +45,12 @@ def table(root: Path) -> str:
         d = np.array(b) - np.array(a)
         half = stats.t.ppf(0.975, seeds - 1) * d.std(ddof=1) / np.sqrt(seeds)
         lines.append(
-            f"| {cid} | {np.mean(a):.3f} ± {np.std(a, ddof=1):.3f} | "
-            f"{np.mean(b):.3f} ± {np.std(b, ddof=1):.3f} | "
+            f"| {cid} | {np.mean(a):.3f} ± {np.std(a):.3f} | {np.mean(b):.3f} ± {np.std(b):.3f} | "
             f"{d.mean():+.3f} [{d.mean() - half:+.3f}, {d.mean() + half:+.3f}] |"
         )
     for key in ("std", "worst"):
         parts = [
-            f"{m} {np.mean(v):.3f} ± {np.std(v, ddof=1):.3f}"
+            f"{m} {np.mean(v):.3f} ± {np.std(v):.3f}"
             for m in METHODS
             for v in [[r["final"]["fairness"][key] for r in runs[m]]]
         ]
