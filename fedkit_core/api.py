@@ -22,6 +22,7 @@ from fedkit_core.engines.checkpoint import ServerCheckpoints
 from fedkit_core.engines.driver import write_missing_outputs
 from fedkit_core.engines.registry import get_engine
 from fedkit_core.errors import FedkitError, NoSpace, no_space
+from fedkit_core.fileio import write_text
 from fedkit_core.plugins import PluginSet
 from fedkit_core.resolve import ConfigLike, resolve_config
 from fedkit_core.results.schema import Results
@@ -114,7 +115,7 @@ def resume(
     run_dir = RunDir(out)
     run_dir.load_config()  # not a run: refused before the lock makes a folder
     with run_dir.lock():
-        before = run_dir.load_config()
+        before = run_dir.config.read_text()
         if rounds is not None:
             _plan_rounds(run_dir, rounds)
         saved = run_dir.load_config()
@@ -127,7 +128,8 @@ def resume(
         try:
             run_dir.check_edits(accept_edits, checkpoints.config(), cfg.defaults())
         except FedkitError:
-            run_dir.write_config_only(before)  # a refused --rounds leaves no edit behind
+            if rounds is not None:  # a refused --rounds leaves config.yaml as it was
+                write_text(run_dir.config, before)
             raise
         return _continue(run_dir, cfg, plugin_set, observer or Observer())
 
