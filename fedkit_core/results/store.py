@@ -137,21 +137,27 @@ def config_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _gained(key: str, old: Mapping[str, Any], new: Mapping[str, Any], defaults: Mapping) -> bool:
-    """Whether ``key``, missing on one side, is held at its default on the other (an option
-    fedkit gained between the two configs)."""
-    if (key in old) == (key in new) or key not in defaults:
-        return False
-    return old.get(key, new.get(key)) == defaults[key]
+def changed_keys(
+    old: Mapping[str, Any], new: Mapping[str, Any], defaults: Mapping[str, Any]
+) -> list[str]:
+    """The dotted keys whose values differ between two flat configs, except a key one side
+    lacks that the other holds at its default (``defaults``): an option fedkit gained in
+    between, which gives the behaviour before it."""
+    return [
+        k
+        for k in sorted(old.keys() | new.keys())
+        if old.get(k, "-") != new.get(k, "-")
+        and not (
+            (k in old) != (k in new) and k in defaults and old.get(k, new.get(k)) == defaults[k]
+        )
+    ]
 
 
 def only_new_defaults(
     old: Mapping[str, Any], new: Mapping[str, Any], defaults: Mapping[str, Any]
 ) -> bool:
-    """Whether ``new`` differs from ``old`` only by keys ``old`` lacks, each at its default."""
-    a, b = _flat(old), _flat(new)
-    changed = [k for k in a.keys() | b.keys() if a.get(k, "-") != b.get(k, "-")]
-    return all(k not in a and k in defaults and b.get(k) == defaults[k] for k in changed)
+    """Whether ``new`` differs from ``old`` only by options fedkit gained, at their defaults."""
+    return not changed_keys(_flat(old), _flat(new), defaults)
 
 
 class RunDir:
@@ -308,11 +314,7 @@ class RunDir:
         if not edited:
             return
         old, new = _flat(before or {}), _flat(nested)
-        changed = [
-            k
-            for k in sorted(old.keys() | new.keys())
-            if old.get(k, "-") != new.get(k, "-") and not _gained(k, old, new, defaults or {})
-        ]
+        changed = changed_keys(old, new, defaults or {})
         if before is not None and not changed:
             return
         if before is None:
