@@ -371,16 +371,22 @@ def fit_probe(features: np.ndarray, labels: np.ndarray):
 
 def _probe_encoder(source: str) -> FrozenEncoder:
     """The frozen encoder of a ``probe:`` API: a prior source with its checkpoint, or the
-    core model builder's pretrained backbone (``model:<name>``, ImageNet normalisation at
-    the size of the timm model's pretrained config, 224 px by default)."""
+    core model builder's pretrained backbone (``model:<name>``, at the input size of its
+    timm pretrained config, 224 px by default). The builder's backbone normalises images in
+    [0, 1] itself, with its pretraining's statistics (0.5 / 0.5 for the EfficientNet-Lites,
+    docs/pretrained.md); a backbone without them gets ImageNet's."""
     if source.startswith("model:"):
         from fedkit_core import build_backbone
+        from fedkit_core.models.inputs import PretrainedBackbone
 
         name = source[len("model:") :]
         net, dim = build_backbone(name, 3, pretrained=True)
-        cfg = getattr(net, "pretrained_cfg", {}) or {}
+        inner = getattr(net, "net", net)
+        cfg = getattr(inner, "pretrained_cfg", None) or getattr(net, "pretrained_cfg", {}) or {}
         size = int(cfg.get("input_size", (3, 224, 224))[-1])
-        return FrozenEncoder(net, dim, size, IMAGENET_MEAN, IMAGENET_STD, f"probe:{source}")
+        own = isinstance(net, PretrainedBackbone)  # its input adapter normalises
+        mean, std = ((0.0,) * 3, (1.0,) * 3) if own else (IMAGENET_MEAN, IMAGENET_STD)
+        return FrozenEncoder(net, dim, size, mean, std, f"probe:{source}")
     name, weights = _split_weights(f"probe:{source}")
     return frozen_encoder(name.partition(":")[2], weights)
 

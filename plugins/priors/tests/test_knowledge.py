@@ -130,6 +130,23 @@ def test_probe_on_the_model_builder_asks_for_its_pretrained_backbone(monkeypatch
     assert asked == [("efficientnet_lite0", 3, True)] and k.probs.shape == (8, 1, 2)
 
 
+def test_a_probe_on_the_model_builder_normalises_its_images_once(monkeypatch):
+    """The builder's EfficientNet-Lite normalises [0, 1] images itself (0.5 / 0.5): the probe
+    must hand it those images, not ImageNet-normalised ones on top (the weights are not
+    needed for this, so random ones stand in)."""
+    pytest.importorskip("timm")
+    from fedkit_priors.knowledge import _probe_encoder
+
+    import fedkit_core.models as models
+
+    real = models.build_backbone
+    monkeypatch.setattr(models, "build_backbone", lambda n, c, pretrained: real(n, c, False))
+    encoder = _probe_encoder("model:efficientnet_lite0")
+    x = torch.rand(2, 3, encoder.image_size, encoder.image_size)
+    torch.testing.assert_close(encoder(x), encoder.net(x))
+    assert encoder.image_size == 224
+
+
 def test_load_public_holds_the_probe_split_out_of_the_public_samples():
     breast = shared_data("medmnist", "breastmnist.npz")
     public = load_public(str(breast))
