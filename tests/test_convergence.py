@@ -69,3 +69,18 @@ def test_the_note_names_each_runspec():
         {"fedavg": convergence([fake_run(flat, 10)]), "fca": convergence([fake_run(rising, 10)])}
     )
     assert "fedavg: converged" in note and "fca: NOT converged" in note
+
+
+def test_the_trend_carries_its_standard_error_and_the_note_flags_noise_beyond_the_rule():
+    straight = {r: 0.5 + 0.01 * r for r in range(1, 21)}
+    assert convergence([fake_run(straight, 20)])["trend_se"] == pytest.approx(0.0, abs=1e-9)
+    # a flat curve whose round-to-round noise (+-0.03) dwarfs the 0.005 tolerance
+    noisy = {r: 0.5 + (0.03, -0.03, 0.0, 0.02, -0.02)[r % 5] for r in range(1, 51)}
+    found = convergence([fake_run(noisy, 50)])
+    assert found["trend_se"] > found["tolerance"]
+    note = convergence_note({"fedavg": found})
+    assert f"± {found['trend_se']:.4f}" in note and "noise larger than the tolerance" in note
+    calm = convergence([fake_run({r: 0.8 for r in range(1, 21)}, 20)])
+    assert "noise larger" not in convergence_note({"fedavg": calm})
+    two = convergence([fake_run({r: 0.7 for r in (9, 10)}, 10)])  # two points: no error
+    assert two["trend_se"] is None and convergence_note({"fedavg": two}).count("±") == 1

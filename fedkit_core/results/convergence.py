@@ -9,7 +9,11 @@ least-squares trend over that stretch (slope times the stretch's length in round
 less than ``tolerance`` (0.005 by default). The trend, not the first-to-last difference, is
 used because a validation set of a hundred images moves by a few thousandths from one round
 to the next even at a fixed model quality; ``spread`` (largest minus smallest value over
-the stretch) is reported beside it so the noise is visible too.
+the stretch) is reported beside it so the noise is visible too, and so is the trend's
+standard error (from the residuals around the fitted line): where it exceeds the tolerance,
+the curve's round-to-round noise is too large for the rule to tell a flat curve from a
+moving one over that stretch, and a "NOT converged" says little. The error is reported, not
+judged: the rule stays the trend against the tolerance.
 
 With fewer than two evaluated rounds in the last fifth (``eval_every`` too coarse, or a run
 of one or two rounds) nothing can be said: ``converged`` is ``None``.
@@ -58,22 +62,29 @@ def convergence(
     the last ``tail`` of the rounds: ``trend`` (least-squares slope times the stretch's
     length), ``spread`` (max - min), the ``rounds`` looked at, ``tolerance`` and
     ``converged`` (``abs(trend) < tolerance``; ``None`` when fewer than two rounds of the
-    stretch were evaluated)."""
+    stretch were evaluated), and ``trend_se``, the trend's standard error (None with fewer
+    than three rounds)."""
     curve = mean_curve(runs)
     last = max((_planned_rounds(r) for r in runs), default=0)
     start = last - tail * last
     rounds = [r for r in curve if r >= start]
     out: dict[str, Any] = {"rounds": rounds, "tolerance": tolerance, "tail": tail}
     if len(rounds) < 2:
-        return {**out, "trend": None, "spread": None, "converged": None}
-    values = np.array([curve[r] for r in rounds])
-    slope = float(np.polyfit(np.array(rounds, dtype=float), values, 1)[0])
-    trend = slope * (rounds[-1] - rounds[0])
+        return {**out, "trend": None, "trend_se": None, "spread": None, "converged": None}
+    x, values = np.array(rounds, dtype=float), np.array([curve[r] for r in rounds])
+    slope, intercept = (float(v) for v in np.polyfit(x, values, 1))
+    span = rounds[-1] - rounds[0]
+    trend_se = None
+    if len(rounds) > 2:
+        residual = values - (slope * x + intercept)
+        variance = float(residual @ residual) / (len(rounds) - 2)
+        trend_se = float(np.sqrt(variance / float(((x - x.mean()) ** 2).sum()))) * span
     return {
         **out,
-        "trend": trend,
+        "trend": slope * span,
+        "trend_se": trend_se,
         "spread": float(values.max() - values.min()),
-        "converged": bool(abs(trend) < tolerance),
+        "converged": bool(abs(slope * span) < tolerance),
     }
 
 
@@ -95,14 +106,18 @@ def convergence_note(found: Mapping[str, Mapping[str, Any]]) -> str:
             parts.append(f"{spec}: too few evaluated rounds in the last fifth to tell")
         else:
             state = "converged" if c["converged"] else "NOT converged"
+            se = c.get("trend_se")
+            noisy = se is not None and se > c["tolerance"]
             parts.append(
-                f"{spec}: {state} (trend {c['trend']:+.4f}, spread {c['spread']:.4f} over "
-                f"rounds {c['rounds'][0]}-{c['rounds'][-1]})"
+                f"{spec}: {state} (trend {c['trend']:+.4f}"
+                + (f" ± {se:.4f}" if se is not None else "")
+                + f", spread {c['spread']:.4f} over rounds {c['rounds'][0]}-{c['rounds'][-1]}"
+                + (": noise larger than the tolerance" if noisy else "")
+                + ")"
             )
     tol = next(iter(found.values()))["tolerance"]
     return (
         "Convergence (the seed-mean validation curve of the main metric over the last fifth "
-        f"of the rounds; converged when its least-squares trend moves less than {tol}): "
-        + "; ".join(parts)
-        + "."
+        f"of the rounds; converged when its least-squares trend moves less than {tol}; "
+        "± the trend's standard error): " + "; ".join(parts) + "."
     )
