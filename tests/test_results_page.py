@@ -130,3 +130,21 @@ def test_fedcbs_diagnosis_measures_how_far_apart_its_class_vectors_are(monkeypat
     assert -1 <= diseases[1] <= diseases[0] <= diseases[2] <= 1
     assert diseases[0] < grades[0]  # grades of one disease lie closer than distinct diseases
     assert "mean pairwise cosine" in fedcb.diagnosis(fedcb)[0]
+
+
+def test_headroom_says_whether_centralised_training_leaves_a_gap_to_close():
+    method = _method(page.Claim("final.global.bacc"), page.Claim("final.fairness.std", False))
+    base = {"final.global.bacc": [0.5, 0.52, 0.49, 0.51, 0.5], "final.fairness.std": [0.1] * 5}
+    above = {"final.global.bacc": [0.6, 0.61, 0.6, 0.62, 0.6], "final.fairness.std": [0.1] * 5}
+    level = {"final.global.bacc": [0.51, 0.5, 0.5, 0.5, 0.52], "final.fairness.std": [0.1] * 5}
+    said = page.headroom(method, _found({"fedavg": base, "pooled": above}))
+    assert said[0].startswith("**Headroom.** global bACC, pooled minus fedavg: +0.1020")
+    assert "there is a federated gap" in said[0]
+    said = page.headroom(method, _found({"fedavg": base, "pooled": level}))
+    assert "no measured federated gap" in said[0]
+    fairer = {**level, "final.fairness.std": [0.05, 0.06, 0.05, 0.04, 0.05]}  # lower is better
+    assert (
+        "there is a federated gap"
+        in page.headroom(method, _found({"fedavg": base, "pooled": fairer}))[0]
+    )
+    assert page.headroom(method, _found({"fedavg": base})) == []  # no references run
