@@ -178,9 +178,9 @@ METHODS = [
         "paper: EfficientNet-B0) fine-tuned at 64 px, balanced softmax for every runspec, "
         "Adam 1e-3 with lr x0.1 at rounds 23 and 26, 60 rounds (at 30 the curves still moved "
         "after the second drop, at 40 Fed-MAS's still rose, at 50 FCA's and Fed-MAS's still "
-        "moved by 0.007; rounds 48-60, the last fifth, run at 1e-5). The rule is finer than this validation split can measure: of its 120 "
-        "images 6 are grade 4, so one of them changes a seed's validation bACC by 0.033 and "
-        "the 5-seed mean by 0.0067.",
+        "moved by 0.007; rounds 48-60, the last fifth, run at 1e-5). The rule is finer than "
+        "this validation split can measure: of its 120 images 6 are grade 4, so one of them "
+        "changes a seed's validation bACC by 0.033 and the 5-seed mean by 0.0067.",
         _cfg("retina-pretrained"),
         "fedavg",
         "fca",

@@ -381,10 +381,9 @@ def _probe_encoder(source: str) -> FrozenEncoder:
 
         name = source[len("model:") :]
         net, dim = build_backbone(name, 3, pretrained=True)
-        inner = getattr(net, "net", net)
-        cfg = getattr(inner, "pretrained_cfg", None) or getattr(net, "pretrained_cfg", {}) or {}
-        size = int(cfg.get("input_size", (3, 224, 224))[-1])
         own = isinstance(net, PretrainedBackbone)  # its input adapter normalises
+        cfg = getattr(net.net if own else net, "pretrained_cfg", None) or {}
+        size = int(cfg.get("input_size", (3, 224, 224))[-1])
         mean, std = ((0.0,) * 3, (1.0,) * 3) if own else (IMAGENET_MEAN, IMAGENET_STD)
         return FrozenEncoder(net, dim, size, mean, std, f"probe:{source}")
     name, weights = _split_weights(f"probe:{source}")
