@@ -376,13 +376,13 @@ def _probe_encoder(source: str) -> FrozenEncoder:
     [0, 1] itself, with its pretraining's statistics (0.5 / 0.5 for the EfficientNet-Lites,
     docs/pretrained.md); a backbone without them gets ImageNet's."""
     if source.startswith("model:"):
-        from fedkit_core import build_backbone
-        from fedkit_core.models.inputs import PretrainedBackbone
+        from fedkit_core import build_backbone, input_statistics
 
         name = source[len("model:") :]
         net, dim = build_backbone(name, 3, pretrained=True)
-        own = isinstance(net, PretrainedBackbone)  # its input adapter normalises
-        cfg = getattr(net.net if own else net, "pretrained_cfg", None) or {}
+        own = input_statistics(name, True) is not None  # it normalises [0, 1] images itself
+        # the timm network (behind the builder's input adapter where there is one)
+        cfg = getattr(getattr(net, "net", net), "pretrained_cfg", None) or {}
         size = int(cfg.get("input_size", (3, 224, 224))[-1])
         mean, std = ((0.0,) * 3, (1.0,) * 3) if own else (IMAGENET_MEAN, IMAGENET_STD)
         return FrozenEncoder(net, dim, size, mean, std, f"probe:{source}")
