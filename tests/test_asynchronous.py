@@ -84,6 +84,70 @@ def test_a_round_without_staleness_is_fedavg():
     assert server.ctx.global_state["w"].tolist() == pytest.approx([expected] * 2)
 
 
+class EqualAdding(Adding):
+    """:class:`Adding` with clients of one size (their replies take the same time)."""
+
+    def send(self, messages: dict[str, Message]) -> dict[str, Message]:
+        replies = super().send(messages)
+        for reply in replies.values():
+            reply.scalars["num_examples"] = 20
+        return replies
+
+
+def test_fedbuff_with_a_buffer_of_every_client_and_no_sites_is_fedavg_round_after_round():
+    """Replies arriving at one simulated moment are all applied before a client is sent
+    the model again: else the first to reply retrained the model of before the buffer its
+    own reply completed (round 2 then held stale changes, applied twice)."""
+    server = server_of(aggregation="fedbuff", sites=None, rounds=3)
+    records = [server.asynchronous.train(server, EqualAdding(), r) for r in (1, 2, 3)]
+    assert [u["staleness"] for r in records for u in r["updates"]] == [0] * 9
+    assert [u["version"] for r in records for u in r["updates"]] == [0] * 3 + [1] * 3 + [2] * 3
+    step = sum(STEP.values()) / len(STEP)  # equal sizes: the replies arrive together
+    assert server.ctx.global_state["w"].tolist() == pytest.approx([3 * step] * 2)
+
+
+class Halving:
+    """A transport whose client k answers a fit with half the model it got plus ``STEP[k]``
+    (the order of updates matters)."""
+
+    def send(self, messages: dict[str, Message]) -> dict[str, Message]:
+        return {
+            cid: Message("fit", {"w": m.arrays["w"] / 2 + STEP[cid]}, {"num_examples": 1})
+            for cid, m in messages.items()
+        }
+
+
+def test_fedasync_with_one_client_at_a_time_is_sequential_fedavg():
+    server = server_of(
+        aggregation="fedasync",
+        sites=None,
+        rounds=2,
+        **{"async": {"concurrency": 1, "alpha": 1.0, "staleness": "constant"}},
+    )
+    records = [server.asynchronous.train(server, Halving(), r) for r in (1, 2)]
+    updates = [u for r in records for u in r["updates"]]
+    assert [u["staleness"] for u in updates] == [0] * 6
+    x = 0.0
+    for u in updates:  # each client trains on the model the one before it made
+        x = x / 2 + STEP[u["client"]]
+    assert server.ctx.global_state["w"].tolist() == pytest.approx([x, x])
+
+
+@pytest.mark.slow
+def test_a_fedbuff_run_without_staleness_equals_the_fedavg_run():
+    """Same clients, same seeds (a client's first fit of a round is seeded as a synchronous
+    round's): the same losses and scores in every round (before: round 1's fits were seeded
+    apart and later rounds held stale, twice-applied changes)."""
+    sync = run(tiny(rounds=2, eval_test="every"))
+    buffered = run(tiny(rounds=2, eval_test="every", aggregation="fedbuff"))
+    assert sync.rounds[0]["train"] == buffered.rounds[0]["train"]  # the same fits, bit for bit
+    for a, b in zip(sync.rounds, buffered.rounds):  # (x + (x_k - x)) rounds in the last bits
+        for cid, losses in a["train"].items():
+            assert b["train"][cid] == pytest.approx(losses, rel=1e-5)
+        assert b["global"] == pytest.approx(a["global"], abs=1e-6)
+    assert buffered.final["global"] == pytest.approx(sync.final["global"], abs=1e-6)
+
+
 def test_staleness_weights():
     cfg, _ = resolve_config(tiny(aggregation="fedbuff"))
     assert staleness_weight(cfg, 0) == 1.0 and staleness_weight(cfg, 3) == pytest.approx(0.5)

@@ -262,6 +262,34 @@ def test_report_overlay_goes_into_the_runs_folder(tmp_path, monkeypatch):
     assert not list(tmp_path.glob("*.png"))
 
 
+def test_report_overlay_never_overwrites_the_users_file_in_the_runs_folder(tmp_path, monkeypatch):
+    for spec, seed in (("fedavg", 0), ("fca", 1)):
+        write_json(tmp_path / "cmp" / spec / "seed0" / "results.json", fake_results(seed))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cmp" / "report.png").write_bytes(b"the user's figure")
+    assert main(["report", "cmp/fedavg/seed0", "cmp/fca/seed0"]) == 2
+    assert (tmp_path / "cmp" / "report.png").read_bytes() == b"the user's figure"
+    assert main(["report", "cmp/fedavg/seed0", "cmp/fca/seed0", "--out", "figs"]) == 0
+    (tmp_path / "cmp" / "report.png").unlink()
+    assert main(["report", "cmp/fedavg/seed0", "cmp/fca/seed0"]) == 0
+    assert main(["report", "cmp/fedavg/seed0", "cmp/fca/seed0"]) == 0  # its own: replaced
+
+
+def test_a_report_overlay_in_a_comparison_folder_is_fedkits_for_compare_out(tmp_path, monkeypatch):
+    from fedkit_core.results.store import OwnedOutputs
+
+    out = tmp_path / "cmp"
+    for spec, seed in (("fedavg", 0), ("fca", 1)):
+        write_json(out / spec / "seed0" / "results.json", fake_results(seed))
+    OwnedOutputs(out, compare.MANIFEST).record(["fedavg", "fca"])
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "cmp/fedavg/seed0", "cmp/fca/seed0"]) == 0
+    OwnedOutputs(out, compare.MANIFEST).claim(["fedavg", "fca"])  # before: "holds report.png"
+    (out / "report.png").write_bytes(b"edited")
+    with pytest.raises(FedkitError, match="report.png, which fedkit did not write"):
+        OwnedOutputs(out, compare.MANIFEST).claim(["fedavg", "fca"])
+
+
 @pytest.fixture
 def tiny_yaml(tmp_path):
     path = tmp_path / "tiny.yaml"

@@ -225,6 +225,9 @@ class AsynchronousRounds:
         #: change of the model
         self.buffer: list[Update] = []
         self.dispatched = 0
+        #: the round each client was last sent a model in (its first fit of a round is
+        #: seeded as a synchronous round's, so a round without staleness is FedAvg's)
+        self.sent_in: dict[str, int] = {}
         self.channel: Channel | None = None
         self._saved_channel: Mapping[str, Any] | None = None
 
@@ -239,7 +242,11 @@ class AsynchronousRounds:
         failed_in_a_row = 0
         updates_before = self.version
         while len(applied) < self.cohort:
-            wake = self._fill(server, channel, rnd)
+            # replies that arrive at the same simulated moment are all applied before any
+            # client is sent a model: else the first to reply would retrain the model of
+            # before the buffer that its own reply completes (stale by one, for nothing)
+            due = clock is not None and channel.peek() <= clock.now
+            wake = math.inf if due else self._fill(server, channel, rnd)
             if clock is not None and wake < channel.peek():
                 clock.now = wake  # an idle site comes back before the next reply
                 continue
@@ -327,7 +334,9 @@ class AsynchronousRounds:
         messages = {}
         for cid in sorted(chosen, key=self.position.__getitem__):  # sent in client order
             message = server.fit_message(cid, rnd)
-            message.scalars[TRIP] = self.dispatched
+            if self.sent_in.get(cid) == rnd:  # a second fit in one round: seeded apart
+                message.scalars[TRIP] = self.dispatched
+            self.sent_in[cid] = rnd
             self.dispatched += 1
             messages[cid] = message
             self.flights[cid] = self.version
@@ -411,6 +420,7 @@ class AsynchronousRounds:
                 for u in self.buffer
             ],
             "dispatched": self.dispatched,
+            "sent_in": dict(self.sent_in),
             "channel": self.channel.state() if self.channel is not None else self._saved_channel,
         }
 
@@ -420,6 +430,7 @@ class AsynchronousRounds:
         self.bases = {int(v): dict(s) for v, s in state["bases"].items()}
         self.buffer = [Update(u["client"], u["arrays"], u["scalars"]) for u in state["buffer"]]
         self.dispatched = int(state["dispatched"])
+        self.sent_in = {str(c): int(r) for c, r in state.get("sent_in", {}).items()}
         self._saved_channel = state["channel"]
         if self.channel is not None and state["channel"] is not None:
             self.channel.restore(state["channel"])

@@ -11,12 +11,13 @@ from fedkit_core.errors import FedkitError
 from fedkit_core.results.plots import (
     _title,
     figure_formats,
+    figure_paths,
     figure_target,
     plot_run,
     plot_runs,
 )
 from fedkit_core.results.schema import Results
-from fedkit_core.results.store import writable
+from fedkit_core.results.store import note_written, refuse_foreign, writable
 
 T = TypeVar("T")
 
@@ -49,7 +50,8 @@ def report(
     formats: Sequence[str] | None = None,
 ) -> tuple[list[dict[str, Any]], list[Path], list[str]]:
     """Re-plot every run in its own directory; with several runs, also an overlay figure
-    (default ``report.png`` in the runs' common folder, never the current one). Figures in
+    (default ``report.png`` in the runs' common folder, never the current one; a file there
+    that fedkit did not write is refused, never overwritten). Figures in
     ``formats`` (default: each run's ``figure_formats``, the overlay the first run's). Returns
     the summary rows, the figures written and notes: a run folder that cannot be written
     (read-only) is summarised with its figures left as they are, and an overlay that
@@ -69,7 +71,12 @@ def report(
         target = figure_target(overlay, "report") if overlay else common / "report.png"
         if writable(target.parent):
             shared = formats or figure_formats(runs[0]["config"])
+            files = figure_paths(target, shared)
+            # the runs' folder is not fedkit's: only its own earlier overlay is replaced
+            # there (a file the user named with --out is theirs to replace)
+            refuse_foreign([f for f in files if overlay is None or f != Path(overlay)], "--out")
             plots.append(readable("the runs", plot_runs, runs, labels, target, shared))
+            note_written(files)
         else:
             notes.append(
                 f"{target.parent} is read-only: no overlay figure (give --out a writable place)"

@@ -482,6 +482,12 @@ class OwnedOutputs:
             and isinstance(listed.get("folders"), list)
         ):
             raise FedkitError(f"{self.manifest} is not a list of fedkit's outputs: delete it")
+        bad = [n for n in [*listed["files"], *listed["folders"]] if not plain_name(n)]
+        if bad:  # a manifest naming ../x or /x would have fedkit remove a file outside
+            raise FedkitError(
+                f"{self.manifest} names {_some([repr(n) for n in bad])}, not a file of "
+                f"{self.folder}: fedkit did not write this list; delete it (nothing was removed)"
+            )
         return listed
 
     def claim(self, folders: Iterable[str]) -> None:
@@ -494,16 +500,19 @@ class OwnedOutputs:
         listed = self._listed()
         known = set(folders) | {str(f) for f in listed["folders"]}
         foreign, changed = [], []
+        kept = fedkit_written(self.folder)  # fedkit's figures of runs kept there (report)
         for entry in sorted(self.folder.iterdir(), key=lambda p: p.name):
             name = entry.name
-            if entry == self.manifest or _ours(entry):
+            if entry == self.manifest or _ours(entry) or name in kept or name == WRITTEN:
                 continue
             if entry.is_dir() and not entry.is_symlink():
                 if name not in known and not _only_runs(entry):
                     foreign.append(name + "/")
             elif name not in listed["files"]:
                 foreign.append(name)
-            elif not entry.is_file() or _digest(entry) != listed["files"][name]:
+            elif entry.is_symlink() or not entry.is_file():
+                changed.append(name)
+            elif _digest(entry) != listed["files"][name]:
                 changed.append(name)
         if foreign or changed:
             said = []
@@ -515,7 +524,7 @@ class OwnedOutputs:
                 f"--out {self.folder}: {' and '.join(said)}; nothing in it is removed or "
                 "overwritten: choose a new or empty folder, or move those files out"
             )
-        for name in listed["files"]:
+        for name in listed["files"]:  # each checked above: a plain file, as fedkit wrote it
             (self.folder / name).unlink(missing_ok=True)
         for tmp in self.folder.glob(".*.tmp"):  # a killed writer's; none of them is running
             tmp.unlink(missing_ok=True)
@@ -524,12 +533,79 @@ class OwnedOutputs:
     def record(self, folders: Iterable[str]) -> None:
         """List the files now in the folder (all written since :meth:`claim`) and
         ``folders`` in the manifest."""
+        kept = fedkit_written(self.folder) | {WRITTEN}  # a report's, which it replaces
         files = {
             p.name: _digest(p)
             for p in sorted(self.folder.iterdir())
-            if p.is_file() and p != self.manifest and not _ours(p)
+            if p.is_file() and p != self.manifest and not _ours(p) and p.name not in kept
         }
         write_json(self.manifest, {"files": files, "folders": sorted(set(folders))})
+
+
+#: the list of files fedkit wrote into a folder that is not its own (``fedkit report``'s
+#: overlay figure in the runs' common folder), each with its SHA-256
+WRITTEN = ".fedkit-written.json"
+
+
+def plain_name(name: Any) -> bool:
+    """Whether ``name`` names an entry directly inside a folder (no ``..``, no separator,
+    not absolute): the only names a manifest of fedkit's may hold."""
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and "\0" not in name
+    )
+
+
+def fedkit_written(folder: Path) -> set[str]:
+    """The names of the files in ``folder`` that fedkit wrote there (:data:`WRITTEN`) and
+    that still hold what it wrote: plain files inside the folder, their digests matching."""
+    try:
+        listed = json.loads((Path(folder) / WRITTEN).read_text())
+    except (OSError, ValueError):
+        return set()
+    if not isinstance(listed, dict):
+        return set()
+    out = set()
+    for name, digest in listed.items():
+        path = Path(folder) / str(name)
+        if plain_name(name) and not path.is_symlink() and path.is_file():
+            if _digest(path) == digest:
+                out.add(name)
+    return out
+
+
+def refuse_foreign(paths: Iterable[Path], flag: str) -> None:
+    """Refuse to write ``paths`` (outside any run folder of their own) where one is a file
+    fedkit did not write, or changed since (see :func:`note_written`), naming it and the
+    ``flag`` that chooses another place: the user's own files are never overwritten."""
+    for path in map(Path, paths):
+        if not (path.exists() or path.is_symlink()):
+            continue
+        if path.name not in fedkit_written(path.parent):
+            raise FedkitError(
+                f"{path} exists and fedkit did not write it (or it changed since): it is not "
+                f"overwritten; choose another place with {flag}, or move that file"
+            )
+
+
+def note_written(paths: Iterable[Path]) -> None:
+    """Record ``paths`` (just written) with their digests in their folder's
+    :data:`WRITTEN`, so that a later writer may replace them (:func:`refuse_foreign`) and
+    ``fedkit compare -o`` there knows them for fedkit's."""
+    by_folder: dict[Path, list[Path]] = {}
+    for path in map(Path, paths):
+        by_folder.setdefault(path.parent, []).append(path)
+    for folder, written in by_folder.items():
+        try:
+            listed = json.loads((folder / WRITTEN).read_text())
+        except (OSError, ValueError):
+            listed = {}
+        kept = {n: listed[n] for n in fedkit_written(folder)} if isinstance(listed, dict) else {}
+        kept.update({p.name: _digest(p) for p in written if p.is_file()})
+        write_json(folder / WRITTEN, kept)
 
 
 def _digest(path: Path) -> str:
