@@ -3,8 +3,10 @@
 The cache holds a task's sites and splits as tensors plus its description (classes,
 sites, shot groups) and its normaliser's statistics (pooling a large training set to
 compute them costs more than reading the cache). Its key covers the task, its loader
-version, the data folder, the preprocessing parameters and every source file's path,
-size and modification time: any change to the data or the options makes a new entry. Entries live in
+version, the data folder, the preprocessing parameters and every source file's path and
+a digest of its bytes (:mod:`.digests`; computed once, rechecked by one ``stat`` per file):
+any change to the data or the options makes a new entry, even one that keeps a file's size
+and modification time (``cp -p``, ``rsync -t``). Entries live in
 the user cache (``$FEDKIT_CACHE``, by default ``$XDG_CACHE_HOME/fedkit`` or
 ``~/.cache/fedkit``), so that a data folder is never written to; ``task.cache=data`` puts
 them in ``<data folder>/.fedkit-cache/`` instead when that folder is writable (by its
@@ -27,6 +29,7 @@ import torch
 from fedkit_core.contract.data import Normalizer, Split, TaskData
 from fedkit_core.contract.options import Option
 from fedkit_core.fileio import FILE_MODE, write_torch
+from fedkit_core.tasks.digests import file_digests
 from fedkit_core.tasks.files import warn
 from fedkit_core.tasks.normalize import fit_normalizer
 
@@ -55,16 +58,29 @@ def user_cache_dir() -> Path:
 
 
 def cache_key(
-    task: str, version: int, root: Path, files: Iterable[Path], params: Mapping[str, Any]
+    task: str,
+    version: int,
+    root: Path,
+    files: Iterable[Path],
+    params: Mapping[str, Any],
+    memo: Path | None = None,
+    mode: int | None = None,
 ) -> str:
-    """A digest of everything the cached arrays depend on."""
+    """A digest of everything the cached arrays depend on: the task, its options and the
+    bytes of every source file (their digests kept in ``memo``, see :mod:`.digests`)."""
     digest = hashlib.sha256()
     head = {"task": task, "version": version, "format": FORMAT, "root": str(root.resolve())}
     digest.update(json.dumps({**head, "params": params}, sort_keys=True, default=str).encode())
-    for path in sorted(Path(f) for f in files):
-        stat = path.stat()
-        digest.update(f"\n{path}\t{stat.st_size}\t{stat.st_mtime_ns}".encode())
+    contents = file_digests(sorted(Path(f) for f in files), memo, mode)
+    for path, content in contents.items():
+        digest.update(f"\n{path}\t{content}".encode())
     return digest.hexdigest()[:24]
+
+
+def digest_memo(root: Path, where: str = USER) -> Path:
+    """Where the digests of the files under ``root`` are kept: beside the cache entries."""
+    tag = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
+    return cache_dirs(root, where)[0] / f"files-{tag}.json"
 
 
 def cache_dirs(root: Path, where: str = USER) -> list[Path]:
@@ -102,7 +118,8 @@ def cached(
     """
     if where == OFF:
         return build()
-    name = f"{task}-{cache_key(task, version, root, files, params)}.pt"
+    key = cache_key(task, version, root, files, params, digest_memo(root, where), _mode_of(root))
+    name = f"{task}-{key}.pt"
     for folder in cache_dirs(root, where):
         entry = folder / name
         if entry.is_file():

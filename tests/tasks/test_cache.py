@@ -141,3 +141,32 @@ def test_cache_entries_keep_the_data_folders_restrictions(data_dir, private_cach
     folder = data_dir / cache.DATA_CACHE_DIR if where == "data" else private_cache / "tasks"
     (entry,) = folder.glob("t-*.pt")
     assert stat.S_IMODE(entry.stat().st_mode) & 0o077 == 0
+
+
+def test_a_file_rewritten_with_the_same_size_and_mtime_rebuilds(data_dir):
+    """``cp -p``/``rsync -t`` keep a rewritten file's size and mtime: the key is its bytes."""
+    build, calls = counting_build()
+    path = data_dir / "x.png"
+    cache.cached("t", 1, data_dir, [path], {}, build)
+    before = path.stat()
+    path.write_bytes(b"54321")  # another class's pixels, the same size
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    cache.cached("t", 1, data_dir, [path], {}, build)
+    assert len(calls) == 2
+    cache.cached("t", 1, data_dir, [path], {}, build)
+    assert len(calls) == 2  # unchanged since: the entry (and the file's digest) reused
+
+
+def test_file_digests_are_read_once_and_rechecked_by_their_stamp(tmp_path, monkeypatch):
+    from fedkit_core.tasks import digests
+
+    files = [tmp_path / f"{k}.png" for k in range(3)]
+    for k, path in enumerate(files):
+        path.write_bytes(bytes([k]) * 10)
+    memo = tmp_path / "memo" / "files.json"
+    first = digests.file_digests(files, memo)
+    read = []
+    monkeypatch.setattr(digests, "digest_file", lambda p: read.append(p) or "x")
+    assert digests.file_digests(files, memo) == first and read == []
+    files[1].write_bytes(bytes([9]) * 10)
+    assert digests.file_digests(files, memo)[str(files[1])] == "x" and read == [files[1]]
