@@ -11,6 +11,7 @@ how an engine works.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +29,7 @@ from fedkit_core.resolve import ConfigLike, resolve_config
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir
 
+log = logging.getLogger("fedkit")
 
 def run(
     config: ConfigLike | Sequence[ConfigLike] = None,
@@ -78,7 +80,10 @@ def run_resolved(
         if reuse and run_dir.is_run():
             run_dir.require_config(cfg.nested(), cfg.defaults())
             done = _complete(run_dir)
-            return done if done is not None else _continue(run_dir, cfg, plugin_set, observer)
+            if done is not None:
+                return done
+            _check_digests(ServerCheckpoints(run_dir.checkpoint), False, run_dir)
+            return _continue(run_dir, cfg, plugin_set, observer)
         run_dir.create(cfg.nested())
         run_dir.save_config(cfg.nested())
         try:
@@ -96,6 +101,7 @@ def resume(
     observer: Observer | None = None,
     accept_edits: bool = False,
     rounds: int | None = None,
+    accept_unverified: bool = False,
 ) -> Results:
     """Continue the run in ``out`` from its last completed round (same final results as an
     uninterrupted run), on the engine it was started on. A complete run is returned as it is;
@@ -111,6 +117,10 @@ def resume(
     ``config.sha256``) is refused, as the rounds run so far used the old values; with
     ``accept_edits`` the run continues with the edited config and the change is recorded in
     ``config-edits.log``.
+
+    Checkpoint files without a digest (a run of an older fedkit) are refused; with
+    ``accept_unverified`` the run continues from them and results.json records it
+    (``unverified_resumes``).
     """
     run_dir = RunDir(out)
     run_dir.load_config()  # not a run: refused before the lock makes a folder
@@ -127,11 +137,30 @@ def resume(
         cfg, plugin_set = resolve_config(saved, plugins)
         try:
             run_dir.check_edits(accept_edits, checkpoints.config(), cfg.defaults())
+            _check_digests(checkpoints, accept_unverified, run_dir)
         except FedkitError:
             if rounds is not None:  # a refused --rounds leaves config.yaml as it was
                 write_text(run_dir.config, before)
             raise
         return _continue(run_dir, cfg, plugin_set, observer or Observer())
+
+
+def _check_digests(checkpoints: ServerCheckpoints, accept: bool, run_dir: RunDir) -> None:
+    """Refuse checkpoint files no digest covers (this fedkit always writes them), unless
+    ``accept``-ed (``--accept-unverified``): then noted for results.json."""
+    missing = checkpoints.unverified()
+    if not missing:
+        return
+    if not accept:
+        raise FedkitError(
+            f"these checkpoint files have no recorded digest, so damage or edits to them "
+            f"cannot be detected: {'; '.join(missing[:5])}{'; ...' if len(missing) > 5 else ''}"
+            f". This fedkit writes digests with every checkpoint: they were deleted, or the "
+            f"run was made by an older fedkit; to continue from these files anyway run "
+            f"`fedkit resume {run_dir.path} --accept-unverified` (recorded in results.json)"
+        )
+    log.warning("resuming from checkpoint files without digests: %s", "; ".join(missing))
+    checkpoints.accept(missing)
 
 
 def _plan_rounds(run_dir: RunDir, rounds: int) -> None:

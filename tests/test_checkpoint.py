@@ -175,3 +175,47 @@ def test_compare_checks_the_checkpoints_of_a_run_it_continues(two_of_three, tmp_
     layer = {k: v for k, v in config.items() if k not in ("seed", "plugins")}
     with pytest.raises(FedkitError, match=r"server-r2.pt \(round 2\) is damaged"):
         compare(["fedavg"], seeds=[config["seed"]], out=out, base=[layer])
+
+
+def damaged_copy(two_of_three, tmp_path):
+    return shutil.copytree(two_of_three, tmp_path / "run")
+
+
+@pytest.mark.slow
+def test_a_missing_client_checkpoint_or_folder_is_refused_naming_it_and_the_round(
+    two_of_three, tmp_path
+):
+    """Before: resumed silently from round 1's state, or the client from scratch."""
+    damaged = damaged_copy(two_of_three, tmp_path)
+    gone = damaged / "checkpoint" / "clients" / "site1" / "r2.pt"
+    gone.unlink()  # still listed in digests.json
+    with pytest.raises(FedkitError, match=rf"checkpoint file {gone} \(round 2\) is gone"):
+        resume(damaged)
+    shutil.rmtree(gone.parent)
+    with pytest.raises(FedkitError, match=rf"folder {gone.parent} is gone .*restart it from"):
+        resume(damaged)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["server", "client"])
+def test_missing_digests_are_refused_unless_accepted_and_then_recorded(
+    two_of_three, tmp_path, which
+):
+    damaged = damaged_copy(two_of_three, tmp_path)
+    checkpoints = damaged / "checkpoint"
+    if which == "server":
+        manifest = json.loads((checkpoints / "latest.json").read_text())
+        del manifest["sha256"]
+        (checkpoints / "latest.json").write_text(json.dumps(manifest))
+        flip_a_bit(checkpoints / "server-r2.pt")  # before: only a warning, and resumed
+    else:
+        (checkpoints / "clients" / "site1" / "digests.json").unlink()
+    with pytest.raises(FedkitError, match="no recorded digest.*--accept-unverified"):
+        resume(damaged)
+    if which == "server":
+        return  # accepting resumes a damaged file: nothing to compare it with
+    resumed = resume(damaged, accept_unverified=True)
+    (note,) = resumed["unverified_resumes"]
+    assert note["round"] == 2 and "site1 (no digests.json)" in note["unverified"][0]
+    assert json.loads((damaged / "results.json").read_text())["unverified_resumes"] == [note]
+    assert not (checkpoints / "accepted-unverified.json").exists()

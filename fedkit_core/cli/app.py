@@ -109,13 +109,25 @@ def resume(
         min=1,
         help="extend the run, complete or not, to this many rounds (e.g. until it converges)",
     ),
+    accept_unverified: bool = typer.Option(
+        False,
+        "--accept-unverified",
+        help="continue from checkpoint files without digests (a run of an older fedkit; "
+        "recorded in results.json)",
+    ),
 ) -> None:
     """Continue an interrupted run from its last completed round, or extend a run."""
     from fedkit_core import api
 
     resume_hint[0] = f"continue the run with `fedkit resume {run_dir}`"
     with observe(quiet, "rounds", logger, run_dir) as observer:
-        results = api.resume(run_dir, observer=observer, accept_edits=accept_edits, rounds=rounds)
+        results = api.resume(
+            run_dir,
+            observer=observer,
+            accept_edits=accept_edits,
+            rounds=rounds,
+            accept_unverified=accept_unverified,
+        )
     finish(results, run_dir, quiet)
 
 

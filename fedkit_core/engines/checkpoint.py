@@ -12,8 +12,11 @@
 
 A file that no longer matches the digest written after it (a flipped bit, a copy cut
 short, an edit) is refused on resume, naming the file and the round to restart from,
-instead of continuing silently from damaged state. Checkpoints written before digests
-existed (no digest recorded at all) are read without the check.
+instead of continuing silently from damaged state; so is a snapshot that the digests list
+but is gone, and a client folder that ``latest.json`` lists but is gone. Digests that are
+missing (no ``sha256`` in ``latest.json``, no ``digests.json``) are refused by ``fedkit
+resume`` (:meth:`ServerCheckpoints.unverified`): this fedkit always writes them; a run of
+an older one is resumed with ``--accept-unverified``, which results.json records.
 
 On resume the server restores round R and its setup message carries R
 (:data:`RESUME_KEY`); each client restores its newest snapshot of a round <= R (none: its
@@ -51,6 +54,8 @@ RESUME_KEY = "fedkit.resume_round"
 _CLIENT_FILE = re.compile(r"r(\d+)\.pt")
 #: a client folder's record of its snapshots' SHA-256, written after each snapshot
 DIGESTS = "digests.json"
+#: the checkpoint folder's note of files resumed without digests (--accept-unverified)
+ACCEPTED = "accepted-unverified.json"
 
 
 def file_digest(path: Path) -> str:
@@ -98,9 +103,12 @@ class ServerCheckpoints:
             "server": name,
             "sha256": file_digest(self.directory / name),
             "config": server.config.nested(),
+            # the client folders holding snapshots: one gone is refused on resume
+            "clients": sorted(f.folder.name for f in self._client_folders() if f.holds_snapshots()),
         }
         write_text(self.manifest, json.dumps(manifest, indent=1, default=str))
         _prune(self.directory, "server-r*.pt", keep={name})
+        (self.directory / ACCEPTED).unlink(missing_ok=True)  # what it accepted is replaced
 
     def _read(self) -> dict[str, Any] | None:
         """``latest.json``, checked (None when there is none)."""
@@ -120,6 +128,9 @@ class ServerCheckpoints:
             config is None or isinstance(config, dict)
         ):
             raise self._corrupt("its sha256 or config is of the wrong type")
+        clients = manifest.get("clients", [])
+        if not isinstance(clients, list) or not all(isinstance(c, str) for c in clients):
+            raise self._corrupt("its clients are not a list of folder names")
         return manifest
 
     def round(self) -> int | None:
@@ -143,12 +154,55 @@ class ServerCheckpoints:
         path, rnd = self.directory / manifest["server"], manifest["round"]
         if "sha256" in manifest:
             verify(path, manifest["sha256"], rnd, self.manifest, self.directory)
-        else:
-            log.warning("%s records no digests (an older fedkit): not checked", self.manifest)
-        for folder in sorted((self.directory / "clients").glob("*")):
-            if folder.is_dir():
-                ClientCheckpoints(folder).verify(rnd)
+        else:  # refused before, unless accepted (fedkit resume --accept-unverified)
+            log.warning("%s records no digest of %s: not checked", self.manifest, path.name)
+        for name in manifest.get("clients", []):
+            folder = self.directory / "clients" / name
+            if not folder.is_dir():
+                raise FedkitError(
+                    f"client checkpoint folder {folder} is gone (latest.json lists it for "
+                    f"round {rnd}): that client's state cannot be restored, so the run cannot "
+                    f"continue from round {rnd}; restart it from round 1 by deleting "
+                    f"{self.directory} and running `fedkit resume {self.directory.parent}` again"
+                )
+        for folder in self._client_folders():
+            folder.verify(rnd)
         return read_snapshot(path)
+
+    def _client_folders(self) -> list[ClientCheckpoints]:
+        """The client folders under this one (a simulation's nodes keep theirs here)."""
+        found = sorted((self.directory / "clients").glob("*"))
+        return [ClientCheckpoints(f) for f in found if f.is_dir()]
+
+    def unverified(self) -> list[str]:
+        """The checkpoint files of the last committed round that no digest covers (a run
+        of this fedkit always records them: one missing is refused on resume unless
+        accepted, see :meth:`accept`), as sentences naming them."""
+        manifest = self._read()
+        if manifest is None:
+            return []
+        missing = []
+        if "sha256" not in manifest:
+            missing.append(f"{self.directory / manifest['server']} (no sha256 in {self.manifest})")
+        for folder in self._client_folders():
+            if folder.holds_snapshots() and not (folder.folder / DIGESTS).is_file():
+                missing.append(f"{folder.folder} (no {DIGESTS})")
+        return missing
+
+    def accept(self, missing: list[str]) -> None:
+        """Accept the files ``missing`` digests (``fedkit resume --accept-unverified``, for
+        a run of an older fedkit): noted here until the next round is committed, and read
+        into the results by :meth:`accepted`."""
+        note = {"round": self.round(), "unverified": missing}
+        write_text(self.directory / ACCEPTED, json.dumps(note, indent=1))
+
+    def accepted(self) -> list[dict[str, Any]]:
+        """What :meth:`accept` noted (none: empty), for results.json."""
+        try:
+            note = json.loads((self.directory / ACCEPTED).read_text())
+        except (OSError, ValueError):
+            return []
+        return [note] if isinstance(note, dict) else []
 
     def _corrupt(self, reason: str) -> FedkitError:
         return FedkitError(
@@ -187,13 +241,29 @@ class ClientCheckpoints:
         self.verify(upto)
         return read_snapshot(self.folder / f"r{max(rounds)}.pt")
 
+    def holds_snapshots(self) -> bool:
+        return bool(self._rounds())
+
     def verify(self, upto: int) -> None:
-        """Refuse the snapshot :meth:`load` would read when it does not match its digest."""
+        """Refuse the snapshot :meth:`load` would read when it does not match its digest,
+        and a newer one of a round <= ``upto`` that the digests list but is gone (an older
+        state would be resumed silently)."""
+        digests = self._digests()
+        listed = [int(m.group(1)) for m in map(_CLIENT_FILE.fullmatch, digests or {}) if m]
+        newest = max((r for r in listed if r <= upto), default=None)
+        if newest is not None and not (self.folder / f"r{newest}.pt").is_file():
+            checkpoints = self.folder.parents[1]
+            raise FedkitError(
+                f"checkpoint file {self.folder / f'r{newest}.pt'} (round {newest}) is gone, "
+                f"though {self.folder / DIGESTS} lists it: this client's state of round "
+                f"{newest} cannot be restored, so the run cannot continue from round {upto}; "
+                f"restart it from round 1 by deleting {checkpoints} and running "
+                f"`fedkit resume {checkpoints.parent}` again"
+            )
         rounds = [r for r in self._rounds() if r <= upto]
         if not rounds:
             return
         name = f"r{max(rounds)}.pt"
-        digests = self._digests()
         if digests is None and not (self.folder / DIGESTS).exists():
             return  # written before digests existed
         record = self.folder / DIGESTS

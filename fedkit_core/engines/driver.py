@@ -45,6 +45,7 @@ def drive(
     if saved:
         server.restore(saved)
         _record_edit(server, store.config(), done)
+        server.unverified += store.accepted()  # fedkit resume --accept-unverified
     server.seconds += time.perf_counter() - started
     writer = ResultsWriter()
 
@@ -111,6 +112,7 @@ def write_results(
         privacy=server.privacy.summary(server.records, server.ctx.states.get("dp", {})),
         normalisation=server.normalisation,
         config_edits=server.config_edits,
+        unverified=server.unverified,
     )
     if run_dir is not None:
         writer.write(run_dir, results)

@@ -112,6 +112,8 @@ class Server:
         #: accepted edits of the config on resume: from which round on the run used which
         #: config (``fedkit resume --accept-edits``)
         self.config_edits: list[dict[str, Any]] = []
+        #: resumes from checkpoint files without digests (``--accept-unverified``)
+        self.unverified: list[dict[str, Any]] = []
         self._warned: set[tuple[str, ...]] = set()  # warnings given once per run
         self.next_round = 1
         self.seconds = 0.0
@@ -711,6 +713,7 @@ class Server:
             "seconds": self.seconds,
             "best_state": self.best_state,
             "config_edits": self.config_edits,
+            "unverified": self.unverified,
             "clock": self.clock.state() if self.clock is not None else None,
             "asynchronous": self.asynchronous.state() if self.asynchronous else None,
         }
@@ -726,6 +729,7 @@ class Server:
         self.best_state = snap.get("best_state")
         self.privacy.restore(self.ctx.states.get("dp", {}))
         self.config_edits = snap.get("config_edits", [])
+        self.unverified = snap.get("unverified", [])
         if self.clock is not None and snap.get("clock") is not None:
             self.clock.restore(snap["clock"])
         if self.asynchronous is not None and snap.get("asynchronous") is not None:

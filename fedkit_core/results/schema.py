@@ -140,10 +140,12 @@ def build_results(
     privacy: Mapping[str, Any] | None = None,
     normalisation: Mapping[str, Any] | None = None,
     config_edits: Sequence[Mapping[str, Any]] = (),
+    unverified: Sequence[Mapping[str, Any]] = (),
 ) -> Results:
     """The results of a run: its config (with accepted edits, ``config_edits``: from which
-    round on each edited config was used), task, per-round records, events and the final
-    and best rounds' scores."""
+    round on each edited config was used; resumes from checkpoint files without digests,
+    ``unverified``), task, per-round records, events and the final and best rounds'
+    scores."""
     main = task["main_metric"]
     setup_bytes = dict(setup_bytes or {})
     final: dict[str, Any] = {
@@ -167,6 +169,8 @@ def build_results(
     if privacy is not None:  # differential privacy: the mechanism and the epsilon spent
         final["privacy"] = dict(privacy)
     edits = {"config_edits": [dict(e) for e in config_edits]} if config_edits else {}
+    if unverified:
+        edits["unverified_resumes"] = [dict(u) for u in unverified]
     warned = run_warnings(scored[-1] if scored else {}, task)
     return Results(
         status=status,
