@@ -27,7 +27,7 @@ from fedkit_core.fileio import write_text
 from fedkit_core.plugins import PluginSet
 from fedkit_core.resolve import ConfigLike, resolve_config
 from fedkit_core.results.schema import Results
-from fedkit_core.results.store import RunDir
+from fedkit_core.results.store import RunDir, write_json
 
 log = logging.getLogger("fedkit")
 
@@ -87,7 +87,7 @@ def run_resolved(
         run_dir.create(cfg.nested())
         run_dir.save_config(cfg.nested())
         try:
-            with _full_disk_hint(run_dir):
+            with _full_disk_hint(run_dir, cfg["checkpoint"]):
                 return engine.execute(cfg, plugin_set, run_dir, observer, resume=False)
         except BaseException:
             run_dir.discard_config()
@@ -205,23 +205,41 @@ def _continue(run_dir: RunDir, cfg: Config, plugin_set: PluginSet, observer: Obs
     if not cfg["checkpoint"]:
         raise FedkitError(f"{run_dir.path} was run with checkpoint=false and cannot be resumed")
     engine = get_engine(cfg["engine"])
-    with _full_disk_hint(run_dir):
+    with _full_disk_hint(run_dir, True):
         return engine.execute(cfg, plugin_set, run_dir, observer, resume=True)
 
 
 @contextmanager
-def _full_disk_hint(run_dir: RunDir) -> Iterator[None]:
+def _full_disk_hint(run_dir: RunDir, checkpointed: bool) -> Iterator[None]:
     """A write that found the disk full, wherever it happened, as one :class:`NoSpace`
-    error (exit 2) that says how to go on: what was written is intact."""
+    error (exit 2) that says how to go on: what was written is intact. A run without
+    checkpoints (``checkpoint=false``) cannot be resumed: it is told to run again, and its
+    results.json says it stopped (``status: failed``) where that can still be written."""
     try:
         yield
     except (OSError, NoSpace) as err:
         found = no_space(err)
         if not isinstance(found, NoSpace):
             raise
-        if run_dir.results.is_file():
+        if not run_dir.results.is_file():
+            then, kept = "free space and run it again", "no round was completed"
+        elif checkpointed:
             then = f"free space and run `fedkit resume {run_dir.path}` to continue after it"
             kept = f"{run_dir.path} keeps the rounds done so far, intact"
         else:
-            then, kept = "free space and run it again", "no round was completed"
+            kept = f"{run_dir.path} keeps the results of the rounds done so far" + (
+                " (status failed)" if _mark_failed(run_dir) else " (its status still says running)"
+            )
+            then = "it ran with checkpoint=false, so it cannot be resumed: free space and run it again"
         raise NoSpace(f"{found}; {kept}: {then}") from None
+
+
+def _mark_failed(run_dir: RunDir) -> bool:
+    """Set results.json's status to ``failed`` (a stopped run that cannot be resumed);
+    whether that could be written."""
+    try:
+        results = run_dir.load_results()
+        write_json(run_dir.results, {**results, "status": "failed"})
+    except (OSError, FedkitError):
+        return False
+    return True

@@ -112,6 +112,8 @@ def write_torch(path: Path, obj: Any, mode: int | None = None) -> None:
     try:  # unbuffered: a full disk raises its OSError inside torch.save, which passes it on
         write_atomic(Path(path), lambda fh: torch.save(obj, fh.raw), mode)
     except RuntimeError as err:  # torch's own failures of the writer
+        if "unexpected pos" in str(err):  # its zip writer after a short write: a full disk
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from err
         raise OSError(
             errno.EIO, f"could not write ({str(err)[:200]}); is the disk full?", str(path)
         ) from err

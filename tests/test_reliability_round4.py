@@ -57,3 +57,63 @@ def test_a_manifest_removes_its_files_only_while_they_hold_what_fedkit_wrote(tmp
     with pytest.raises(FedkitError, match="changed since fedkit wrote them"):
         OwnedOutputs(out, MANIFEST).claim([])
     assert (out / "compare.md").read_text() == "edited"
+
+
+@pytest.mark.slow
+def test_torchs_unexpected_pos_writing_a_client_checkpoint_is_a_full_disk(
+    tmp_path, monkeypatch, capsys
+):
+    """torch's zip writer reports a short write as "unexpected pos" (a RuntimeError): before,
+    "a bug" (exit 1); now the full disk it is, with the way to go on (exit 2)."""
+    import torch
+    import yaml
+
+    from fedkit_core.testing import tiny
+
+    real = torch.save
+    out = tmp_path / "run"
+
+    def save(obj, f, *args, **kwargs):
+        if isinstance(obj, dict) and "client" in obj and obj["round"] >= 2:  # a client's
+            raise RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 64 vs 0")
+        return real(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save)
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(tiny(rounds=2, checkpoint=True)))
+    capsys.readouterr()
+    assert main(["run", "-c", str(config), "-o", str(out), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "no space left on the device writing" in err and "bug" not in err
+    assert f"free space and run `fedkit resume {out}`" in err
+
+
+@pytest.mark.slow
+def test_a_full_disk_without_checkpoints_says_run_again_and_marks_the_run_failed(
+    tmp_path, monkeypatch, capsys
+):
+    """Before: the advice was `fedkit resume` (which refuses a run without checkpoints) and
+    results.json stayed "running"."""
+    import errno
+
+    import yaml
+
+    from fedkit_core.results import store
+    from fedkit_core.testing import tiny
+
+    real = store.ResultsWriter.write
+
+    def write(self, run_dir, results):
+        if run_dir.results.exists():  # round 2 on: the disk is full
+            raise OSError(errno.ENOSPC, "No space left on device", str(run_dir.results))
+        return real(self, run_dir, results)
+
+    monkeypatch.setattr(store.ResultsWriter, "write", write)
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(tiny(rounds=3, checkpoint=False)))
+    out = tmp_path / "run"
+    capsys.readouterr()
+    assert main(["run", "-c", str(config), "-o", str(out), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be resumed: free space and run it again" in err and "fedkit resume" not in err
+    assert json.loads((out / "results.json").read_text())["status"] == "failed"
