@@ -5,12 +5,15 @@ Each run is an ordinary run directory written by :func:`fedkit_core.api.run` in 
 continues like a serial one. The cores are split between the jobs (``cores // jobs`` torch
 threads each): a run's numbers can differ from a serial run's in the last digits, as
 floating-point reductions depend on the thread count; runs at the same thread count are
-bitwise identical however they were scheduled.
+bitwise identical however they were scheduled. A worker ends itself when the comparison
+that started it is gone (killed, even with SIGKILL), and the resource tracker with it.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
@@ -21,6 +24,8 @@ from fedkit_core.errors import FedkitError
 from fedkit_core.results.schema import Results
 
 Plan = Sequence[tuple[str, int, Path, list[Mapping[str, Any]]]]
+#: how often a worker checks that the comparison that started it is still there
+WATCH_SECONDS = 0.5
 
 
 def threads_per_job(jobs: int) -> int:
@@ -28,10 +33,21 @@ def threads_per_job(jobs: int) -> int:
     return max(1, (os.cpu_count() or 1) // jobs)
 
 
-def _start_worker(threads: int) -> None:
+def _start_worker(threads: int, parent: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    """End this worker once the comparison that started it (process ``parent``) is gone:
+    killed, even by SIGKILL, which runs no clean-up, it leaves its workers running under
+    another parent, and with them the resource tracker, whose pipe they hold open. What a
+    worker has written stays valid (every file is written atomically), as after any kill."""
+    while os.getppid() == parent:
+        time.sleep(WATCH_SECONDS)
+    os._exit(1)
 
 
 def _run_child(layers: list[Mapping[str, Any]], path: Path) -> str | None:
@@ -59,7 +75,7 @@ def run_parallel(
         max_workers=min(jobs, len(plan)),
         mp_context=context,
         initializer=_start_worker,
-        initargs=(threads_per_job(jobs),),
+        initargs=(threads_per_job(jobs), os.getpid()),
     ) as pool:
         futures = {
             pool.submit(_run_child, layers, path): (spec, seed) for spec, seed, path, layers in plan
