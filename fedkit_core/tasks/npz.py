@@ -12,6 +12,7 @@ its arrays are shared with ``npz-seg`` and ``medmnist``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,8 @@ LAYOUT = (
     "optionally site (one per train image), val_site, test_site"
 )
 REQUIRED = ("train_images", "train_labels", "test_images", "test_labels")
+#: the arrays a file may also hold (any other member is never read)
+OPTIONAL = ("val_images", "val_labels", "classes", "site", "val_site", "test_site")
 #: the site array of each split (``site`` is the train split's)
 SITE_KEYS = {"train": "site", "val": "val_site", "test": "test_site"}
 
@@ -51,12 +54,17 @@ SPEC = TaskSpec(
 
 def load(config: Config) -> TaskData:
     path = Path(config["task.path"])
-    arrays = read_npz(path, REQUIRED, LAYOUT)
+    arrays = read_npz(path, REQUIRED, LAYOUT, OPTIONAL)
     return by_site(classification_arrays(arrays, path), arrays, path)
 
 
-def read_npz(path: str | Path, required: tuple[str, ...], layout: str) -> dict[str, np.ndarray]:
-    """All arrays of an npz file, or a FedkitError saying what is wrong with it."""
+def read_npz(
+    path: str | Path, required: tuple[str, ...], layout: str, optional: tuple[str, ...] = ()
+) -> dict[str, np.ndarray]:
+    """The ``required`` and ``optional`` arrays of an npz file, or a FedkitError saying what
+    is wrong with it. Other members are never decompressed, and a member whose size (its
+    uncompressed size in the archive's header) exceeds :func:`member_limit` is refused
+    before it is: a few compressed megabytes may stand for gigabytes."""
     path = Path(path)
     if path.is_dir():
         raise FedkitError(f"{path} is a folder; task.path must name the .npz file")
@@ -70,18 +78,35 @@ def read_npz(path: str | Path, required: tuple[str, ...], layout: str) -> dict[s
         ) from None
     if not isinstance(npz, np.lib.npyio.NpzFile):
         raise FedkitError(f"{path} holds a single array (.npy), not an .npz archive: {layout}")
+    with npz:
+        missing = [key for key in required if key not in npz.files]
+        if missing:
+            raise FedkitError(
+                f"{path} lacks {', '.join(missing)} (it has "
+                f"{', '.join(sorted(npz.files)) or 'nothing'}). Expected {layout}."
+            )
+        wanted = [key for key in dict.fromkeys(required + optional) if key in npz.files]
+        limit = member_limit()
+        for key in wanted:
+            size = npz.zip.getinfo(f"{key}.npy").file_size
+            if size > limit:
+                raise FedkitError(
+                    f"{path}: its member {key} would take {size / 2**30:.1f} GiB once "
+                    f"decompressed, more than half this machine's memory "
+                    f"({limit / 2**30:.1f} GiB): it is not read"
+                )
+        try:
+            return {key: npz[key] for key in wanted}
+        except Exception as err:  # a damaged member: bad zlib stream, truncated header, ...
+            raise FedkitError(f"{path} is damaged ({type(err).__name__}: {err})") from None
+
+
+def member_limit() -> int:
+    """The most bytes one npz member may hold decompressed: half the machine's memory."""
     try:
-        with npz:
-            arrays = {key: npz[key] for key in npz.files}
-    except Exception as err:  # a damaged member: bad zlib stream, truncated header, ...
-        raise FedkitError(f"{path} is damaged ({type(err).__name__}: {err})") from None
-    missing = [key for key in required if key not in arrays]
-    if missing:
-        raise FedkitError(
-            f"{path} lacks {', '.join(missing)} (it has {', '.join(sorted(arrays)) or 'nothing'}). "
-            f"Expected {layout}."
-        )
-    return arrays
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError, AttributeError):  # not POSIX: no limit known
+        return 2**62
 
 
 def channels_first(images: np.ndarray, path: Path, key: str) -> torch.Tensor:
@@ -129,7 +154,7 @@ def class_names(arrays: dict[str, np.ndarray], num_classes: int, fallback: list[
 
 def classification_file(path: Path) -> TaskData:
     """The TaskData of one classification .npz file (MedMNIST's files), as one site."""
-    return classification_arrays(read_npz(path, REQUIRED, LAYOUT), path)
+    return classification_arrays(read_npz(path, REQUIRED, LAYOUT, OPTIONAL[:3]), path)
 
 
 def classification_arrays(arrays: dict[str, np.ndarray], path: Path) -> TaskData:

@@ -39,7 +39,7 @@ SPEC = TaskSpec(
 
 def load(config: Config) -> TaskData:
     path = Path(config["task.path"])
-    arrays = npz.read_npz(path, ("images", "masks"), LAYOUT)
+    arrays = npz.read_npz(path, ("images", "masks"), LAYOUT, ("site", "split", "classes"))
     images = npz.channels_first(arrays["images"], path, "images")
     masks = npz.integer_labels(arrays["masks"], path, "masks")
     if tuple(masks.shape) != (images.shape[0], *images.shape[2:]):

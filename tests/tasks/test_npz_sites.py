@@ -59,3 +59,33 @@ def test_without_site_arrays_the_file_is_one_pool(tmp_path, load):
 def test_bad_site_arrays_are_explained(tmp_path, load, extra, message):
     with pytest.raises(FedkitError, match=message):
         load("npz", with_sites(tmp_path, **extra))
+
+
+def test_members_the_task_does_not_use_are_never_decompressed(tmp_path, load, monkeypatch):
+    """Before: every member was read whole (a 3 GB unused one: maxrss 3.4 GB)."""
+    path = npz.write_fake(tmp_path)
+    with np.load(path) as archive:
+        arrays = {key: archive[key] for key in archive.files}
+    np.savez_compressed(path, **arrays, unused=np.zeros(4 << 20, dtype=np.uint8))
+    read = []
+    real = np.lib.npyio.NpzFile.__getitem__
+    monkeypatch.setattr(
+        np.lib.npyio.NpzFile, "__getitem__", lambda self, key: read.append(key) or real(self, key)
+    )
+    data = load("npz", path)
+    assert data.num_classes == 3 and "unused" not in read and "train_images" in read
+
+
+def test_a_member_larger_than_the_limit_is_refused_before_it_is_decompressed(
+    tmp_path, load, monkeypatch
+):
+    path = npz.write_fake(tmp_path)
+    monkeypatch.setattr(npz, "member_limit", lambda: 1000)  # smaller than train_images
+    read = []
+    real = np.lib.npyio.NpzFile.__getitem__
+    monkeypatch.setattr(
+        np.lib.npyio.NpzFile, "__getitem__", lambda self, key: read.append(key) or real(self, key)
+    )
+    with pytest.raises(FedkitError, match="its member train_images would take .* it is not read"):
+        load("npz", path)
+    assert read == []
