@@ -117,3 +117,22 @@ def test_a_full_disk_without_checkpoints_says_run_again_and_marks_the_run_failed
     err = capsys.readouterr().err
     assert "cannot be resumed: free space and run it again" in err and "fedkit resume" not in err
     assert json.loads((out / "results.json").read_text())["status"] == "failed"
+
+
+def test_a_read_only_run_folder_is_named_with_what_to_do(tmp_path, monkeypatch):
+    """Before: the OSError named only the lock's temporary file (.run.lock.XXXX.tmp)."""
+    import errno
+    import tempfile
+
+    from fedkit_core.results.store import RunDir
+
+    def read_only(*args, dir=None, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", f"{dir}/.run.lock.abc.tmp")
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    folder = tmp_path / "run"
+    with pytest.raises(FedkitError, match=rf"run folder {folder} cannot be written \(Read-only"):
+        with RunDir(folder).lock():
+            pass
+    message = str(pytest.raises(FedkitError, RunDir(folder).lock().__enter__).value)
+    assert f"cp -r {folder} NEW" in message and ".tmp" not in message

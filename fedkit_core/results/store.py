@@ -7,6 +7,7 @@ writes it so that two processes never write one run.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -347,9 +348,19 @@ class RunDir:
         """Hold ``run.lock`` (pid, host, start time) while writing the run; exit 2 when a live
         process holds it. A lock left by a dead process on this host is taken over; one from
         another host is never taken over, as its process cannot be checked from here."""
-        self._mkdir()
         mine = {"pid": os.getpid(), "host": socket.gethostname(), "since": f"{datetime.now()}"}
-        if not self._claim(mine):
+        try:
+            self._mkdir()
+            claimed = self._claim(mine)
+        except OSError as err:
+            if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+            raise FedkitError(
+                f"the run folder {self.path} cannot be written ({err.strerror}): a run writes "
+                f"its results and checkpoints there. Make it writable, or copy it to a "
+                f"writable place (cp -r {self.path} NEW) and run the command on the copy"
+            ) from None
+        if not claimed:
             self._break_stale()
             if not self._claim(mine):
                 self._refuse(self._holder())
