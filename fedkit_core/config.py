@@ -546,7 +546,31 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         raise FedkitError(
             f"config file {path} must hold a mapping of keys, not {type(data).__name__}"
         )
+    _refuse_respelt(data, f"config file {path}")
     return data
+
+
+def _refuse_respelt(data: Mapping[Any, Any], where: str) -> None:
+    """Refuse a file giving one key twice, dotted and nested (``dp.level: client`` and
+    ``dp: {level: none}``; ``task: npz`` is ``task.name``): the last would win silently, as
+    with any duplicate key, which YAML forbids and :class:`_Loader` refuses."""
+    seen: dict[str, str] = {}
+    stack: list[tuple[str, str, Any]] = [("", "", data)]
+    while stack:
+        prefix, spelt, node = stack.pop()
+        for raw, value in node.items():
+            key, given = f"{prefix}{raw}", f"{spelt}{raw}"
+            if key == "task" and isinstance(value, str):
+                key = "task.name"
+            if isinstance(value, Mapping) and value:
+                stack.append((key + ".", given + ": ", value))
+                continue
+            if key in seen:
+                raise FedkitError(
+                    f"{where}: duplicate key {key!r}, given as {seen[key]!r} and as "
+                    f"{given!r} (which one is meant?)"
+                )
+            seen[key] = given
 
 
 def parse_sets(pairs: Iterable[str]) -> dict[str, Any]:

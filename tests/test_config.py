@@ -134,6 +134,19 @@ def test_a_key_given_twice_in_a_yaml_file_is_refused_naming_both_lines(tmp_path)
     assert safe_yaml(merged, "x")["run"] == {"lr": 0.5, "rounds": 2}  # a merge may be overridden
 
 
+def test_a_key_given_dotted_and_nested_in_one_file_is_refused_like_a_duplicate(tmp_path):
+    """Before: the run took the last of them, silently."""
+    path = tmp_path / "twice.yaml"
+    path.write_text("rounds: 1\ndp.level: client\ndp:\n  level: none\n")
+    with pytest.raises(FedkitError, match="duplicate key 'dp.level', given as 'dp.level' and as 'dp: level'"):
+        resolve_config(str(path))
+    path.write_text("task: synthetic\ntask.name: npz\n")
+    with pytest.raises(FedkitError, match="duplicate key 'task.name'"):
+        resolve_config(str(path))
+    path.write_text("dp.level: none\ndp:\n  delta: 0.00001\n")  # two keys of one section
+    assert resolve_config(str(path))[0]["dp.delta"] == 0.00001
+
+
 def test_exclusive_bounds_refuse_the_bound_itself():
     opt = Option("rate", float, 0.5, gt=0, lt=1)
     assert opt.coerce("0.25", "k") == 0.25
