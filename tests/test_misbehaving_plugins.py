@@ -95,3 +95,38 @@ def test_a_full_disk_is_the_machines_error_with_the_way_to_go_on(tmp_path, monke
     assert json.loads((out / "checkpoint" / "latest.json").read_text())["round"] == 1
     full["on"] = False
     assert resume(out).final["global"] == run(tiny(rounds=3)).final["global"]
+
+
+class Columns:
+    """Metrics and a summary named like metrics.csv's own columns."""
+
+    @hookimpl
+    def fedkit_metrics(self, server, arrays):
+        return {"epsilon": 0.01, "round": 999, "split": 1.0, "columns.own": 0.5}
+
+    @hookimpl
+    def fedkit_summary(self, server, scopes):
+        return {"fairness_std": 7.0, "scope": 1.0, "columns.summary": 0.25}
+
+
+@pytest.mark.slow
+def test_plugin_metrics_never_replace_metrics_csv_columns(tmp_path, caplog):
+    """Before: a plugin metric named epsilon or round overwrote the csv's cells (epsilon
+    0.01 where the run's was 7.08, round 999); only head_acc warned."""
+    import csv
+
+    out = tmp_path / "run"
+    config = tiny(rounds=2, dp={"level": "client", "noise_multiplier": 0.5, "clip": 1.0})
+    with caplog.at_level(logging.WARNING, logger="fedkit"):
+        results = run(config, plugins={"columns": Columns()}, out=out)
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    assert {r["round"] for r in rows} == {"1", "2"}
+    assert {r["split"] for r in rows} == {"val", "test"}
+    assert {r["scope"] for r in rows} >= {"global", "clients_mean"}
+    epsilon = results.rounds[-1]["privacy"]["epsilon"]
+    assert {float(r["epsilon"]) for r in rows if r["round"] == "2"} == {epsilon} != {0.01}
+    assert all(r["fairness_std"] != "7.0" for r in rows)
+    assert results.final["global"]["columns.own"] == 0.5
+    said = [r.getMessage() for r in caplog.records]
+    for name in ("epsilon", "round", "split", "fairness_std", "scope"):
+        assert sum(f"gives a metric {name!r}, the name of a built-in" in m for m in said) == 1

@@ -44,7 +44,7 @@ from fedkit_core.metrics.statistics import add_stats, predicted_classes
 from fedkit_core.plugins import BUILTINS, PluginSet
 from fedkit_core.privacy.checks import declared_channels
 from fedkit_core.privacy.layer import ServerPrivacy, private_scalars, privatised_channels
-from fedkit_core.results.schema import best_round
+from fedkit_core.results.schema import CSV_COLUMNS, best_round
 
 log = logging.getLogger("fedkit")
 
@@ -645,8 +645,14 @@ class Server:
             "views": views,
         }
         summary: dict[str, float] = {}
-        for part in self.hook.fedkit_summary(server=self.ctx, scopes=scopes):
-            summary.update(part or {})
+        for impl in reversed(self.hook.fedkit_summary.get_hookimpls()):  # pluggy's order
+            kwargs = {"server": self.ctx, "scopes": scopes}
+            part = impl.function(*(kwargs[name] for name in impl.argnames)) or {}
+            for name, value in dict(part).items():
+                if name in CSV_COLUMNS or name in scopes["clients_mean"]:  # its csv row's
+                    self._warn_shadow(impl.plugin_name, name)
+                else:
+                    summary[name] = value
         scopes["summary"] = summary
         if predicted is not None:  # read by results.json's warnings (one class predicted)
             scopes["predicted_classes"] = predicted
@@ -678,12 +684,8 @@ class Server:
                         f"plugin {plugin!r}: its metric {str(name)[:80]!r} is "
                         f"{str(value)[:80]!r} ({type(value).__name__}), not a number"
                     )
-                if name in builtin:
-                    self._warn_once(
-                        (plugin, name, "shadow"),
-                        f"plugin {plugin!r} gives a metric {name!r}, the name of a built-in "
-                        f"one, which is kept: name the plugin's own '{plugin}.{name}'",
-                    )
+                if name in builtin or name in CSV_COLUMNS:
+                    self._warn_shadow(plugin, name)
                 elif not math.isfinite(float(value)):
                     self._warn_once(
                         (plugin, name, "finite"),
@@ -693,6 +695,15 @@ class Server:
                 else:
                     out[name] = value
         return out
+
+    def _warn_shadow(self, plugin: str, name: str) -> None:
+        """Warn (once) that ``plugin``'s metric ``name``, the name of a built-in metric or
+        metrics.csv column (round, epsilon, ...), is left out."""
+        self._warn_once(
+            (plugin, name, "shadow"),
+            f"plugin {plugin!r} gives a metric {name!r}, the name of a built-in one, which "
+            f"is kept: name the plugin's own '{plugin}.{name}'",
+        )
 
     def _warn_once(self, key: tuple[str, ...], text: str) -> None:
         if key not in self._warned:

@@ -338,6 +338,10 @@ def _csv_text(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return out.getvalue()
 
 
+#: metrics.csv's own columns beside the metrics: no plugin metric may take their names
+CSV_COLUMNS = ("round", "split", "scope", "epsilon", "fairness_std", "fairness_worst")
+
+
 def _csv_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The metrics.csv rows of one round's record (none for a round not evaluated)."""
     if "val" not in record:
