@@ -26,9 +26,10 @@ def main() -> None:
     files = sorted(p for p in args.path.rglob("*") if p.is_file())
     size = sum(p.stat().st_size for p in files)
     start = time.perf_counter()
+    stamps = []
     for path in files:  # the old key: size and mtime of every file
         st = os.stat(path)
-        (st.st_size, st.st_mtime_ns)
+        stamps.append((st.st_size, st.st_mtime_ns))
     stat_s = time.perf_counter() - start
     with tempfile.TemporaryDirectory() as tmp:
         memo = Path(tmp) / "files.json"

@@ -31,6 +31,7 @@ from fedkit_core.results.store import RunDir, write_json
 
 log = logging.getLogger("fedkit")
 
+
 def run(
     config: ConfigLike | Sequence[ConfigLike] = None,
     *,
@@ -230,7 +231,7 @@ def _full_disk_hint(run_dir: RunDir, checkpointed: bool) -> Iterator[None]:
             kept = f"{run_dir.path} keeps the results of the rounds done so far" + (
                 " (status failed)" if _mark_failed(run_dir) else " (its status still says running)"
             )
-            then = "it ran with checkpoint=false, so it cannot be resumed: free space and run it again"
+            then = "it ran with checkpoint=false and cannot be resumed: free space and run it again"
         raise NoSpace(f"{found}; {kept}: {then}") from None
 
 

@@ -138,7 +138,9 @@ def test_a_key_given_dotted_and_nested_in_one_file_is_refused_like_a_duplicate(t
     """Before: the run took the last of them, silently."""
     path = tmp_path / "twice.yaml"
     path.write_text("rounds: 1\ndp.level: client\ndp:\n  level: none\n")
-    with pytest.raises(FedkitError, match="duplicate key 'dp.level', given as 'dp.level' and as 'dp: level'"):
+    with pytest.raises(
+        FedkitError, match="duplicate key 'dp.level', given as 'dp.level' and as 'dp: level'"
+    ):
         resolve_config(str(path))
     path.write_text("task: synthetic\ntask.name: npz\n")
     with pytest.raises(FedkitError, match="duplicate key 'task.name'"):

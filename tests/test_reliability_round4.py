@@ -131,8 +131,8 @@ def test_a_read_only_run_folder_is_named_with_what_to_do(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tempfile, "mkstemp", read_only)
     folder = tmp_path / "run"
-    with pytest.raises(FedkitError, match=rf"run folder {folder} cannot be written \(Read-only"):
-        with RunDir(folder).lock():
-            pass
+    refused = rf"run folder {folder} cannot be written \(Read-only"
+    with pytest.raises(FedkitError, match=refused), RunDir(folder).lock():
+        pass
     message = str(pytest.raises(FedkitError, RunDir(folder).lock().__enter__).value)
     assert f"cp -r {folder} NEW" in message and ".tmp" not in message

@@ -521,9 +521,9 @@ class OwnedOutputs:
                     foreign.append(name + "/")
             elif name not in listed["files"]:
                 foreign.append(name)
-            elif entry.is_symlink() or not entry.is_file():
-                changed.append(name)
-            elif _digest(entry) != listed["files"][name]:
+            elif (
+                entry.is_symlink() or not entry.is_file() or _digest(entry) != listed["files"][name]
+            ):
                 changed.append(name)
         if foreign or changed:
             said = []
@@ -583,8 +583,7 @@ def fedkit_written(folder: Path) -> set[str]:
     for name, digest in listed.items():
         path = Path(folder) / str(name)
         if plain_name(name) and not path.is_symlink() and path.is_file():
-            if _digest(path) == digest:
-                out.add(name)
+            out.update([name] if _digest(path) == digest else [])
     return out
 
 
