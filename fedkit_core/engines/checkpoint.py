@@ -72,11 +72,12 @@ def verify(path: Path, expected: str | None, rnd: int, record: Path, checkpoints
     unless its SHA-256 is ``expected``: the digest ``record`` holds for it (None: none)."""
     if expected is not None and path.is_file() and file_digest(path) == expected:
         return
-    why = (
-        f"no digest of it is recorded in {record}"
-        if expected is None
-        else f"its SHA-256 is not the one recorded in {record} when it was written"
-    )
+    if not path.is_file():
+        why = f"it is gone, though {record} records it"
+    elif expected is None:
+        why = f"no digest of it is recorded in {record}"
+    else:
+        why = f"its SHA-256 is not the one recorded in {record} when it was written"
     raise FedkitError(
         f"checkpoint file {path} (round {rnd}) is damaged or was changed since it was "
         f"written ({why}), so the run cannot continue from round {rnd}, and no older "
@@ -129,7 +130,9 @@ class ServerCheckpoints:
         ):
             raise self._corrupt("its sha256 or config is of the wrong type")
         clients = manifest.get("clients", [])
-        if not isinstance(clients, list) or not all(isinstance(c, str) for c in clients):
+        if not isinstance(clients, list) or not all(
+            isinstance(c, str) and Path(c).name == c and c not in ("", ".", "..") for c in clients
+        ):
             raise self._corrupt("its clients are not a list of folder names")
         return manifest
 
