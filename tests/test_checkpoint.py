@@ -219,3 +219,17 @@ def test_missing_digests_are_refused_unless_accepted_and_then_recorded(
     assert note["round"] == 2 and "site1 (no digests.json)" in note["unverified"][0]
     assert json.loads((damaged / "results.json").read_text())["unverified_resumes"] == [note]
     assert not (checkpoints / "accepted-unverified.json").exists()
+
+
+@pytest.mark.slow
+def test_a_client_folder_copied_over_another_clients_is_refused(two_of_three, tmp_path):
+    """Its digests match: before, the other client's state was resumed silently (with Ditto,
+    other per-client scores)."""
+    damaged = damaged_copy(two_of_three, tmp_path)
+    clients = damaged / "checkpoint" / "clients"
+    shutil.rmtree(clients / "site1")
+    shutil.copytree(clients / "site2", clients / "site1")
+    with pytest.raises(
+        FedkitError, match=rf"{clients / 'site1'} holds the state of client 'site2'"
+    ):
+        resume(damaged)

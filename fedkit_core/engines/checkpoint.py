@@ -302,6 +302,7 @@ def checkpoint_client(
             raise FedkitError("this client keeps no checkpoints, so it cannot resume the run")
         snapshot = store.load(int(upto))
         if snapshot is not None:
+            _check_owner(snapshot, runtime.ctx.id, store)
             restore_client(runtime, snapshot)
         return snapshot
     if not runtime.dirty:
@@ -310,6 +311,20 @@ def checkpoint_client(
     if store is not None:
         store.save(snapshot)
     return snapshot
+
+
+def _check_owner(snapshot: dict[str, Any], client_id: str, store: ClientCheckpoints) -> None:
+    """Refuse another client's snapshot (a folder copied over this client's: its digests
+    match, and its state would be resumed silently as this client's)."""
+    owner = snapshot.get("client_id", client_id)  # none: written before it was recorded
+    if owner != client_id:
+        checkpoints = store.folder.parents[1]
+        raise FedkitError(
+            f"checkpoint folder {store.folder} holds the state of client {str(owner)[:80]!r}, "
+            f"not of {client_id!r} (copied over it?): the run cannot continue from it; put "
+            f"back that client's own folder, or restart the run from round 1 by deleting "
+            f"{checkpoints} and running `fedkit resume {checkpoints.parent}` again"
+        )
 
 
 def _prune(folder: Path, pattern: str, keep: set[str]) -> None:

@@ -34,6 +34,7 @@ def client_snapshot(runtime: ClientRuntime) -> dict[str, Any]:
         "shared": runtime.ctx.model.shared_state(),
         "round": runtime.ctx.round,
         "rng": runtime.ctx.rng.get_state(),
+        "client_id": runtime.ctx.id,  # a folder copied over another client's is refused
     }
 
 
