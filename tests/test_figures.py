@@ -262,6 +262,7 @@ def test_report_overlay_goes_into_the_runs_folder(tmp_path, monkeypatch):
     assert not list(tmp_path.glob("*.png"))
 
 
+@pytest.mark.slow
 def test_report_overlay_never_overwrites_the_users_file_in_the_runs_folder(tmp_path, monkeypatch):
     for spec, seed in (("fedavg", 0), ("fca", 1)):
         write_json(tmp_path / "cmp" / spec / "seed0" / "results.json", fake_results(seed))
@@ -275,6 +276,7 @@ def test_report_overlay_never_overwrites_the_users_file_in_the_runs_folder(tmp_p
     assert main(["report", "cmp/fedavg/seed0", "cmp/fca/seed0"]) == 0  # its own: replaced
 
 
+@pytest.mark.slow
 def test_a_report_overlay_in_a_comparison_folder_is_fedkits_for_compare_out(tmp_path, monkeypatch):
     from fedkit_core.results.store import OwnedOutputs
 
