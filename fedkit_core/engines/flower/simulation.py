@@ -12,6 +12,14 @@ Two backends execute the ClientApps:
   hard-wires Ray, so this is part of the fast layer (:mod:`.fast`): on a Flower release it
   was not written for, the run falls back to ``ray`` with one warning.
 
+The Ray instance is this run's own and reachable from this machine only: its node address
+is the loopback interface, so the GCS, the raylet, the agents and the workers listen on
+127.0.0.1 (on ports Ray picks at random) and the dashboard is off; whoever reaches a Ray port
+runs code as the run's user. Its temporary folder (sockets, logs) lies in a fresh 0700
+folder that nobody else may enter (Ray makes its own folders 0777), removed after the run
+(kept, and named, under ``--debug``); with ``private`` the files there are 0600 too (umask
+077 while Ray runs).
+
 ``client_timeout`` is enforced inside the ClientApp, on either backend: the fedkit client
 then answers in an isolated worker process (:mod:`fedkit_core.engines.isolation`), killed
 when it misses the timeout or noticed when it exits; the node replies "failed" and its
@@ -23,6 +31,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -78,15 +88,15 @@ def simulate(
     def _main(grid: Grid, context: Context) -> None:
         outcome["results"] = serve(grid, cfg, plugin_set, run_dir, observer, nodes, resume=resume)
 
-    backend_config = {
-        "client_resources": {"num_cpus": cpus, "num_gpus": opts["client_gpus"]},
-        # a Ray instance of its own: not a cluster that $RAY_ADDRESS names (Ray retries an
-        # unreachable one forever) nor one this machine happens to run; with the cores this
-        # process may use (Ray would count the machine's)
-        "init_args": {"address": "local", "num_cpus": cpu_cores()},
-    }
     client_app = make_client_app(source)
-    with _backend(in_process) as name, _quiet_flower():
+    with _backend(in_process, bool(cfg["private"])) as (name, ray_args), _quiet_flower():
+        backend_config = {
+            "client_resources": {"num_cpus": cpus, "num_gpus": opts["client_gpus"]},
+            # a Ray instance of its own: not a cluster that $RAY_ADDRESS names (Ray retries
+            # an unreachable one forever) nor one this machine happens to run; with the cores
+            # this process may use (Ray would count the machine's); on loopback only
+            "init_args": {"address": "local", "num_cpus": cpu_cores(), **ray_args},
+        }
         try:
             run_simulation(
                 server_app,
@@ -121,12 +131,13 @@ def client_cpus(setting: float | None) -> float:
 
 
 @contextmanager
-def _backend(in_process: bool) -> Iterator[str]:
-    """The backend name to pass to ``run_simulation``: Flower's Ray backend, or with
+def _backend(in_process: bool, private: bool) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The backend name to pass to ``run_simulation`` and the extra arguments of
+    ``ray.init``: Flower's Ray backend on loopback (:func:`loopback_ray`), or with
     ``in_process`` the fast layer's thread backend, in place while the run lasts."""
     if in_process:
         with thread_backend() as name:
-            yield name
+            yield name, {}
         return
     try:
         import ray  # noqa: F401
@@ -135,7 +146,50 @@ def _backend(in_process: bool) -> Iterator[str]:
             "flower.backend=ray needs Ray: pip install 'fedkit[flower]' "
             "(or set flower.backend=thread)"
         ) from None
-    yield "ray"
+    with loopback_ray(private) as ray_args:
+        yield "ray", ray_args
+
+
+#: Ray's switch (read by ``ray._private.services.get_node_ip_address``) that makes a local
+#: instance's node address the loopback one; Ray sets it so on macOS and Windows
+RAY_LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextmanager
+def loopback_ray(private: bool) -> Iterator[dict[str, Any]]:
+    """``ray.init`` arguments for a Ray instance that listens on 127.0.0.1 only, with its
+    temporary folder inside a fresh 0700 one (removed afterwards unless ``--debug``);
+    ``private``: umask 077 meanwhile, so that the files there are 0600.
+
+    ``_node_ip_address="127.0.0.1"`` alone is not enough: Ray replaces a loopback address by
+    the machine's own unless its cluster switch is off (:data:`RAY_LOOPBACK_ENV`, read at
+    import, so the imported flag is switched too), and its gRPC servers bind the node's
+    address, all interfaces before that."""
+    from ray._private import ray_constants
+
+    saved_env, saved_flag = os.environ.get(RAY_LOOPBACK_ENV), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[RAY_LOOPBACK_ENV] = "0"  # the processes Ray starts
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    # Ray's processes chmod each folder they make 0777 ("so others can use it"), whatever
+    # the umask: its temporary folder goes inside a 0700 one that nobody else can enter.
+    # The path stays short: Ray's socket paths must fit in 107 bytes.
+    temp = tempfile.mkdtemp(prefix="fedkit-ray-")
+    mask = os.umask(0o077) if private else None
+    try:
+        ray_temp = os.path.join(temp, "ray")
+        yield {"_node_ip_address": "127.0.0.1", "include_dashboard": False, "_temp_dir": ray_temp}
+    finally:
+        if mask is not None:
+            os.umask(mask)
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        if saved_env is None:
+            os.environ.pop(RAY_LOOPBACK_ENV, None)
+        else:
+            os.environ[RAY_LOOPBACK_ENV] = saved_env
+        if os.environ.get("FEDKIT_DEBUG") == "1":
+            logging.getLogger("fedkit").warning("Ray's logs are kept in %s", temp)
+        else:
+            shutil.rmtree(temp, ignore_errors=True)
 
 
 def _not_a_client_traceback(record: logging.LogRecord) -> bool:
