@@ -9,6 +9,8 @@ import ipaddress
 import os
 import socket
 import stat
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -92,6 +94,18 @@ def open_to_others(root: Path, folders: bool = True) -> list[str]:
     return found
 
 
+def intrude(sockets: set[tuple[str, int, str]]) -> subprocess.CompletedProcess:
+    """A process without the run's token (as another local user's, which cannot read the
+    run's environment) that joins the Ray instance at its GCS's loopback port. Without the
+    token check it joined in 2 s (and could then run code as the run's user)."""
+    port = next(port for _, port, name in sockets if name == "gcs_server")
+    code = f"import ray; ray.init(address='127.0.0.1:{port}'); print('joined')"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
 class _Snapshot(Observer):
     """Looks at the machine while round 1 runs: the sockets this process's tree listens
     on, and what group or others may read in the ``folders()`` of that moment."""
@@ -105,6 +119,7 @@ class _Snapshot(Observer):
     def on_round_end(self, record: dict) -> None:
         if record["round"] == 1:
             self.sockets = listening(_process_tree(os.getpid()))
+            self.intruder = intrude(self.sockets)
             self.seen = self.folders()
             self.exposed = [p for folder in self.seen for p in open_to_others(folder)]
             self.ray_files = [p for folder in self.seen for p in open_to_others(folder, False)]
@@ -139,6 +154,8 @@ def test_a_ray_simulation_listens_on_loopback_only_and_a_private_one_writes_priv
     new = snapshot.sockets - before
     assert new, "nothing listened: the test saw no Ray"
     assert {s for s in new if not loopback(s[0])} == set()
+    # on loopback, a local process without the run's token cannot join (it could run code)
+    assert snapshot.intruder.returncode != 0 and "joined" not in snapshot.intruder.stdout
     ray_folder, _ = snapshot.seen  # Ray's temporary folder was looked at, while running:
     logs = [p for p in snapshot.listing if p.parent.name == "logs" and p.is_relative_to(ray_folder)]
     assert logs

@@ -166,3 +166,22 @@ def test_the_not_private_switch_is_visible_in_results_and_on_the_console():
     summary = ServerPrivacy(cfg, 3).summary([], {})
     assert summary["noise_secret"] is True and summary["noise"] == noise.SECRET
     assert "NOT PRIVATE" not in privacy_line(summary)
+
+
+@pytest.mark.slow
+def test_flower_and_local_dp_runs_agree_on_all_but_the_secret_noise(tmp_path):
+    """Flower (thread backend) against the local engine under client-level DP: the rounds,
+    clients, epsilon and noise std agree; the models differ (each draws its own secret
+    noise) unless dp.reproducible_noise makes both draw the seed's."""
+    pytest.importorskip("flwr")
+    flower = {"engine": "flower", "flower": {"backend": "thread"}}
+    for name, dp in (("secret", DP), ("exact", {**DP, "reproducible_noise": True})):
+        config = tiny(rounds=2, checkpoint=True, dp=dp)
+        local = run(config, out=tmp_path / name / "local")
+        other = run({**config, **flower}, out=tmp_path / name / "flower")
+        for key in ("round", "sampled", "privacy"):
+            assert [r[key] for r in local.rounds] == [r[key] for r in other.rounds]
+        assert local.final["privacy"] == other.final["privacy"]
+        a, b = _global(tmp_path / name / "local"), _global(tmp_path / name / "flower")
+        gap = max(float((a[k].double() - b[k].double()).abs().max()) for k in floating(a))
+        assert gap > 0.1 if name == "secret" else gap < 1e-5

@@ -14,8 +14,10 @@ Two backends execute the ClientApps:
 
 The Ray instance is this run's own and reachable from this machine only: its node address
 is the loopback interface, so the GCS, the raylet, the agents and the workers listen on
-127.0.0.1 (on ports Ray picks at random) and the dashboard is off; whoever reaches a Ray port
-runs code as the run's user. Its temporary folder (sockets, logs) lies in a fresh 0700
+127.0.0.1 (on ports Ray picks at random) and the dashboard is off; and it admits only
+processes that hold a random token made for the run (Ray's token authentication; the token
+is in the environment of the run's processes only): whoever could join a Ray instance would
+run code as the run's user. Its temporary folder (sockets, logs) lies in a fresh 0700
 folder that nobody else may enter (Ray makes its own folders 0777), removed after the run
 (kept, and named, under ``--debug``); with ``private`` the files there are 0600 too (umask
 077 while Ray runs).
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
 import tempfile
 import warnings
@@ -155,9 +158,31 @@ def _backend(in_process: bool, private: bool) -> Iterator[tuple[str, dict[str, A
 RAY_LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
+#: Ray's token authentication (Ray >= 2.52): the mode and the token every process of the
+#: instance must present
+RAY_TOKEN_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
+
+
+def _ray_has_tokens() -> bool:
+    import ray._raylet
+
+    return hasattr(ray._raylet, "AuthenticationTokenLoader")
+
+
+def _reload_ray_auth() -> None:
+    """Make Ray read its authentication settings from the environment again (its C++
+    config read them when Ray was imported)."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    AuthenticationTokenLoader.instance().reset_cache()
+    Config.initialize("")
+
+
 @contextmanager
 def loopback_ray(private: bool) -> Iterator[dict[str, Any]]:
-    """``ray.init`` arguments for a Ray instance that listens on 127.0.0.1 only, with its
+    """``ray.init`` arguments for a Ray instance that listens on 127.0.0.1 only and admits
+    only processes holding a fresh random token (Ray's token authentication, the token in
+    this process's environment, inherited by Ray's processes, written nowhere), with its
     temporary folder inside a fresh 0700 one (removed afterwards unless ``--debug``);
     ``private``: umask 077 meanwhile, so that the files there are 0600.
 
@@ -167,9 +192,20 @@ def loopback_ray(private: bool) -> Iterator[dict[str, Any]]:
     address, all interfaces before that."""
     from ray._private import ray_constants
 
-    saved_env, saved_flag = os.environ.get(RAY_LOOPBACK_ENV), ray_constants.ENABLE_RAY_CLUSTER
+    saved_env = {name: os.environ.get(name) for name in (RAY_LOOPBACK_ENV, *RAY_TOKEN_ENV)}
+    saved_flag = ray_constants.ENABLE_RAY_CLUSTER
     os.environ[RAY_LOOPBACK_ENV] = "0"  # the processes Ray starts
     ray_constants.ENABLE_RAY_CLUSTER = False
+    # token authentication: a process of another user that reaches a loopback port cannot
+    # join without the token, which lives only in the environment of this run's processes
+    if _ray_has_tokens():
+        os.environ.update({RAY_TOKEN_ENV[0]: "token", RAY_TOKEN_ENV[1]: secrets.token_hex(32)})
+        _reload_ray_auth()
+    else:
+        logging.getLogger("fedkit").warning(
+            "this Ray has no token authentication (Ray >= 2.52): any local process that "
+            "reaches its loopback ports can join it and run code as this run's user"
+        )
     # Ray's processes chmod each folder they make 0777 ("so others can use it"), whatever
     # the umask: its temporary folder goes inside a 0700 one that nobody else can enter.
     # The path stays short: Ray's socket paths must fit in 107 bytes.
@@ -182,10 +218,13 @@ def loopback_ray(private: bool) -> Iterator[dict[str, Any]]:
         if mask is not None:
             os.umask(mask)
         ray_constants.ENABLE_RAY_CLUSTER = saved_flag
-        if saved_env is None:
-            os.environ.pop(RAY_LOOPBACK_ENV, None)
-        else:
-            os.environ[RAY_LOOPBACK_ENV] = saved_env
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        if _ray_has_tokens():
+            _reload_ray_auth()
         if os.environ.get("FEDKIT_DEBUG") == "1":
             logging.getLogger("fedkit").warning("Ray's logs are kept in %s", temp)
         else:
