@@ -77,7 +77,7 @@ def run_resolved(
         run_dir.require_config(cfg.nested(), cfg.defaults())
         if (done := _complete(run_dir)) is not None:
             return done
-    with run_dir.lock():
+    with run_dir.lock(private=bool(cfg["private"])):
         if reuse and run_dir.is_run():
             run_dir.require_config(cfg.nested(), cfg.defaults())
             done = _complete(run_dir)

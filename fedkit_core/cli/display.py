@@ -197,10 +197,13 @@ def privacy_line(privacy: Mapping[str, Any]) -> str:
             if privacy.get("on_target") == "calibrate"
             else f"stopped after round {privacy['rounds_run']} of {privacy['rounds_planned']}"
         )
-    return (
+    line = (
         f"privacy ({privacy['level']}-level DP, {privacy['accountant']}): "
         f"ε = {privacy['epsilon']:.4f} at δ = {privacy['delta']:g}{noise}{how}"
     )
+    if privacy.get("noise_secret") is False:  # dp.reproducible_noise: tests only
+        line = f"[bold red]{privacy['noise']}[/]\n{line}"
+    return line
 
 
 def _print_time(console: Console, results: Mapping[str, Any]) -> None:

@@ -36,6 +36,7 @@ from fedkit_core.metrics.segmentation import per_sample_dice
 from fedkit_core.metrics.statistics import classification_stats, segmentation_stats
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.plugins import PluginSet
+from fedkit_core.privacy.channels import reserved
 from fedkit_core.privacy.checks import declared_channels
 from fedkit_core.privacy.layer import client_reply, is_private, privatised_channels
 from fedkit_core.privacy.sample_level import DPSGD
@@ -191,12 +192,17 @@ class ClientRuntime:
         steps = int(sums.pop("steps", torch.zeros(())))
         scalars.update({k: float(v) / max(steps, 1) for k, v in sums.items()})
         sent = Payload()
+        reported: dict[str, Any] = {}
         for extra in self.hook.fedkit_client_report(client=ctx):
             if isinstance(extra, Payload):
                 sent.merge(extra, "fedkit_client_report")
             else:
-                scalars.update(extra or {})
-        scalars.update(sent.scalars)
+                reported.update(extra or {})
+        reported.update(sent.scalars)
+        problem = reserved(reported, f"a plugin of client {ctx.id!r}")
+        if problem:
+            raise FedkitError(problem)
+        scalars.update(reported)
         extras = check_arrays(sent.arrays, f"client {ctx.id} report")
         self.dirty = True
         arrays = model.shared_state()

@@ -44,8 +44,20 @@ class Channel:
 
 #: scalars the core itself sends with an update in a private run
 CORE_SCALARS = ("num_examples",)
-#: the prefix of the privacy layer's own scalars (privatised by the layer itself)
+#: the prefix of the privacy layer's own scalars (privatised by the layer itself): the
+#: namespace is the core's, a plugin reporting a value under it is refused (:func:`reserved`)
 DP_PREFIX = "dp."
+#: the privacy layer's scalars, the only ``dp.*`` names an update may carry: the clipping
+#: norm (fit message), the adaptive-clipping bit, and DP-SGD's epsilon, noise multiplier,
+#: last-round flag and clipping mode
+DP_SCALARS = (
+    "dp.clip",
+    "dp.unclipped",
+    "dp.epsilon",
+    "dp.noise_multiplier",
+    "dp.last",
+    "dp.ghost",
+)
 
 
 def refusals(channels: Iterable[tuple[str, Channel]], level: str, secure: bool) -> list[str]:
@@ -76,11 +88,25 @@ def refusals(channels: Iterable[tuple[str, Channel]], level: str, secure: bool) 
     return problems
 
 
+def reserved(scalars: Mapping[str, Any], where: str) -> str | None:
+    """The message refusing a plugin's scalar in the core's ``dp.*`` namespace (which would
+    otherwise pass as the privacy layer's own); ``None`` when there is none."""
+    taken = sorted(k for k in scalars if k.startswith(DP_PREFIX))
+    if not taken:
+        return None
+    return (
+        f"{where} reports {taken[0]!r}: the {DP_PREFIX}* names are reserved for fedkit's "
+        "privacy layer; name the value after the plugin (and declare it with fedkit_channels "
+        "for a private run)"
+    )
+
+
 def undeclared(scalars: Mapping[str, Any], allowed: Iterable[str], where: str) -> str | None:
     """The message refusing a scalar of ``scalars`` that is neither a core scalar, the
-    privacy layer's, nor ``allowed`` (declared and privatised); ``None`` when all are."""
-    allowed = set(allowed) | set(CORE_SCALARS)
-    extra = sorted(k for k in scalars if k not in allowed and not k.startswith(DP_PREFIX))
+    privacy layer's (:data:`DP_SCALARS`), nor ``allowed`` (declared and privatised);
+    ``None`` when all are."""
+    allowed = set(allowed) | set(CORE_SCALARS) | set(DP_SCALARS)
+    extra = sorted(k for k in scalars if k not in allowed)
     if not extra:
         return None
     return (

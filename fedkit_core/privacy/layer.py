@@ -3,7 +3,8 @@ asks of it each round (sampling, the fit message's scalars, the updates the aggr
 see, the round's accounting) and the mechanism it reports in ``final.privacy``.
 
 Client level (``dp.level=client``): the clients clip their updates (``dp.clip`` in the fit
-message); the layer adds the noise to their sum, seeded from the run, and hands the
+message); the layer samples the clients and adds the noise to their sum from secret
+generators (:mod:`.noise`: seeded from ``os.urandom``, recorded nowhere), and hands the
 aggregator plugin a single update, the privatised mean, so that every ``fedkit_aggregate``
 (FedAvg, a server optimiser, a plugin's weighting) is post-processing of a DP release. The
 accountant of :mod:`.accounting` gives epsilon after every round; ``dp.target_epsilon``
@@ -17,6 +18,7 @@ updates go to the aggregator as they are (each is DP already).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,20 +26,19 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.contract.context import derive_seed
 from fedkit_core.contract.messages import Update
 from fedkit_core.errors import FedkitError
-from fedkit_core.privacy import accounting, client_level
-from fedkit_core.privacy.channels import DP_PREFIX, undeclared
+from fedkit_core.privacy import accounting, client_level, noise
+from fedkit_core.privacy.channels import DP_PREFIX, DP_SCALARS, undeclared
 from fedkit_core.privacy.options import CLIENT, NONE, SAMPLE
 
-#: fit-message scalar: the clipping norm of this round (client level)
-CLIP = "dp.clip"
-#: update scalar: 1 when the client's update was within the norm (adaptive clipping)
-UNCLIPPED = "dp.unclipped"
-#: update scalars of sample-level DP: the client's epsilon so far, its noise multiplier,
-#: whether its budget pays for no further round, and whether it clipped by ghost clipping
-EPSILON, SIGMA, LAST, GHOST = "dp.epsilon", "dp.noise_multiplier", "dp.last", "dp.ghost"
+log = logging.getLogger("fedkit")
+
+#: fit-message scalar: the clipping norm of this round (client level); update scalar: 1 when
+#: the client's update was within the norm (adaptive clipping); update scalars of
+#: sample-level DP: the client's epsilon so far, its noise multiplier, whether its budget
+#: pays for no further round, and whether it clipped by ghost clipping
+CLIP, UNCLIPPED, EPSILON, SIGMA, LAST, GHOST = DP_SCALARS
 #: the id of the one update the aggregator sees under client-level DP or secure aggregation
 AGGREGATE = "dp-aggregate"
 #: the adaptive-clipping bit's entry in a securely aggregated vector
@@ -54,12 +55,16 @@ EVALUATION_NOTE = (
 )
 
 
-def sample_poisson(ids: Sequence[str], rate: float, seed: int, rnd: int) -> list[str]:
-    """Each client independently with probability ``rate`` (may be none), in id order, from
-    the run's sampling stream of round ``rnd``."""
-    rng = np.random.default_rng(derive_seed(seed, "sample", rnd))
+def sample_poisson(ids: Sequence[str], rate: float, rng: np.random.Generator) -> list[str]:
+    """Each client independently with probability ``rate`` (may be none), in id order."""
     draws = rng.random(len(ids))
     return [cid for cid, u in zip(ids, draws) if u < rate]
+
+
+def sample_fixed(ids: Sequence[str], size: int, rng: np.random.Generator) -> list[str]:
+    """``size`` clients drawn without replacement, in id order."""
+    chosen = set(rng.choice(len(ids), size=size, replace=False).tolist())
+    return [cid for i, cid in enumerate(ids) if i in chosen]
 
 
 class ServerPrivacy:
@@ -83,6 +88,8 @@ class ServerPrivacy:
         self.allowed: list[str] = []
         if self.level == CLIENT:
             self._set_up_client_level()
+        if self.active and noise.reproducible(config):
+            log.warning(noise.NOT_PRIVATE)
 
     # ------------------------------------------------------------------ set-up
 
@@ -136,10 +143,15 @@ class ServerPrivacy:
     # ------------------------------------------------------------------ rounds
 
     def sample(self, ids: Sequence[str], rnd: int) -> list[str] | None:
-        """The clients of round ``rnd`` when DP decides them (Poisson sampling), else None."""
-        if self.level == CLIENT and self.sampling == accounting.POISSON and self.rate < 1.0:
-            return sample_poisson(ids, self.rate, self.config["seed"], rnd)
-        return None
+        """The clients of round ``rnd`` when DP decides them (client level with
+        ``sample_fraction < 1``: the accountant amplifies on this sampling, so it is drawn
+        from the secret stream), else None."""
+        if self.level != CLIENT or self.rate >= 1.0:
+            return None
+        rng = noise.numpy_rng(self.config, "sample", rnd)
+        if self.sampling == accounting.POISSON:
+            return sample_poisson(ids, self.rate, rng)
+        return sample_fixed(ids, int(self.denominator), rng)
 
     def fit_scalars(self, state: dict[str, Any]) -> dict[str, float]:
         """What every fit message carries for the privacy layer."""
@@ -201,7 +213,7 @@ class ServerPrivacy:
         clip = float(state.setdefault("clip", self.config["dp.clip"]))
         # the server re-clips: the bound holds even if a client did not clip
         clipped = [client_level.clip_update(global_state, u.arrays, clip)[0] for u in updates]
-        generator = torch.Generator().manual_seed(derive_seed(self.config["seed"], "dp", rnd))
+        generator = noise.torch_generator(self.config, "dp", rnd)
         mean = client_level.noisy_mean(
             global_state, clipped, self.update_sigma * clip, self.denominator, generator
         )
@@ -237,7 +249,7 @@ class ServerPrivacy:
             return [Update(AGGREGATE, new, {"num_examples": int(summed.scalars["weight"])})]
         clip = float(state.setdefault("clip", self.config["dp.clip"]))
         total = {k: v * count for k, v in mean.items() if k != SECURE_BIT}
-        generator = torch.Generator().manual_seed(derive_seed(self.config["seed"], "dp", rnd))
+        generator = noise.torch_generator(self.config, "dp", rnd)
         new = client_level.noisy_mean_of_sum(
             global_state, total, self.update_sigma * clip, self.denominator, generator
         )
@@ -295,6 +307,38 @@ class ServerPrivacy:
 
     # ------------------------------------------------------------------ report
 
+    def sampling_run(self, records: Sequence[Mapping[str, Any]]) -> str:
+        """The client sampling the rounds ran (client level): the privacy layer's (Poisson or
+        fixed-size, secret), every client, or a plugin's choice (``fedkit_select_clients``,
+        e.g. cyclic's one client a round), from the clients each round ``sampled``."""
+        if self.rate < 1.0:
+            return self.sampling
+        sizes = sorted({len(r.get("sampled", ())) for r in records} - {self.num_clients})
+        if not sizes:
+            return "all clients every round"
+        span = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+        return (
+            f"chosen by a plugin (fedkit_select_clients): {span} of {self.num_clients} "
+            "clients a round"
+        )
+
+    def accounted_as(self) -> str:
+        """What the accountant composed each round (the event of :meth:`mechanism`)."""
+        if self.rate >= 1.0:
+            return (
+                "a Gaussian mechanism on every client every round, without amplification by "
+                "sampling; where a plugin's choice trains fewer clients (cyclic), an upper "
+                "bound as long as the choice is public and does not depend on the clients' "
+                "data (a removed client's turns contribute a zero update), each client taking "
+                "part in fewer rounds than accounted"
+            )
+        if self.sampling == accounting.POISSON:
+            return f"a Poisson-sampled Gaussian mechanism at rate {self.rate:g} per round"
+        return (
+            f"a Gaussian mechanism on {int(self.denominator)} of {self.num_clients} clients "
+            "sampled without replacement per round (sensitivity 2C)"
+        )
+
     def summary(
         self, records: Sequence[Mapping[str, Any]], state: dict[str, Any]
     ) -> dict[str, Any] | None:
@@ -312,6 +356,8 @@ class ServerPrivacy:
             "rounds_planned": self.planned,
             "rounds_run": len(spent),
             "evaluation": EVALUATION_NOTE,
+            "noise_secret": not noise.reproducible(self.config),
+            "noise": noise.describe(self.config),
         }
         if self.level == CLIENT:
             out.update(
@@ -323,7 +369,8 @@ class ServerPrivacy:
                 calibrated=self.calibrated,
                 clip=self.config["dp.clip"],
                 clipping=self.config["dp.clipping"],
-                sampling=self.sampling if self.rate < 1.0 else "all clients every round",
+                sampling=self.sampling_run(records),
+                accounted_as=self.accounted_as(),
                 sample_rate=self.rate,
                 denominator=self.denominator,
                 neighbouring=f"{self.mechanism().relation} client",
@@ -376,7 +423,7 @@ def client_reply(
     layer's own, and plugin scalars declared as privatised (``allowed``); the training loss
     stays on the client; any other scalar is refused."""
     level = config["dp.level"]
-    own = {k: v for k, v in scalars.items() if k.startswith(DP_PREFIX)}
+    own = {k: v for k, v in scalars.items() if k in DP_SCALARS}
     plugin = {
         k: v
         for k, v in scalars.items()

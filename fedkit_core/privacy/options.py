@@ -108,6 +108,14 @@ DP_OPTIONS = (
         choices=(AUTO, GHOST, HOOKS),
     ),
     Option(
+        "reproducible_noise",
+        bool,
+        False,
+        "TESTS ONLY, NOT PRIVATE: draw the DP noise and sampling from the run's seed (recorded "
+        "in the run's files, so anyone who reads them can remove the noise) instead of a "
+        "secret seed from os.urandom; results.json and the console say NOT PRIVATE",
+    ),
+    Option(
         "batchnorm",
         str,
         "replace",

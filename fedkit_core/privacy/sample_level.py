@@ -2,8 +2,8 @@
 
 Per local step a Poisson sample of the client's training set (each sample with probability
 ``q = batch_size / n``; ``round(n / batch_size)`` steps an epoch, as Opacus's DPDataLoader) is
-drawn from the client's round generator; each sample's gradient is clipped to norm ``dp.clip``,
-Gaussian noise of std ``sigma * clip`` (drawn from a generator seeded from the run) is added to
+drawn from a secret generator (:mod:`.noise`); each sample's gradient is clipped to norm
+``dp.clip``, Gaussian noise of std ``sigma * clip`` (from another secret generator) is added to
 their sum, which is divided by the expected batch size and steps the client's own optimiser
 (SGD, Adam: any). The client keeps its own accountant (:mod:`.accounting`, Poisson sampled
 Gaussian over all its steps) and reports its epsilon.
@@ -47,12 +47,12 @@ from typing import Any
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.contract.context import ClientContext, derive_seed
+from fedkit_core.contract.context import ClientContext
 from fedkit_core.contract.data import Batch
 from fedkit_core.devices import gather, input_layout
 from fedkit_core.errors import FedkitError
 from fedkit_core.models.fedmodel import FedModel
-from fedkit_core.privacy import accounting
+from fedkit_core.privacy import accounting, noise
 from fedkit_core.privacy.options import AUTO, GHOST, HOOKS, SAMPLE
 
 #: the largest relative gap between ``.grad`` and the mean of the per-sample gradients that
@@ -346,8 +346,13 @@ class DPSGD:
         self.accountant = ClientAccountant(config, n, client.states.setdefault("dp", {}))
         self.accountant.check_budget(client.id)
         self.mode = clipping_mode(config, client.hook)
-        generator = torch.Generator(device=client.device)
-        generator.manual_seed(derive_seed(config["seed"], "dp-sgd", client.round, client.id))
+        # the noise and the Poisson batches come from the secret stream (.noise): the
+        # accountant's amplification by sampling assumes nobody knows which samples a step
+        # used, and noise regenerated from a recorded seed could be subtracted
+        generator = noise.torch_generator(
+            config, "dp-sgd", client.round, client.id, device=client.device
+        )
+        self.sampler = noise.torch_generator(config, "dp-sgd-batches", client.round, client.id)
         self.clipping = PerSampleClipping(
             client.model,
             optimizer,
@@ -422,7 +427,7 @@ class DPSGD:
         data = ctx.data["train"]
         n, rate = len(data), self.accountant.rate
         for _ in range(self.accountant.steps):
-            index = torch.nonzero(torch.rand(n, generator=ctx.rng) < rate).flatten()
+            index = torch.nonzero(torch.rand(n, generator=self.sampler) < rate).flatten()
             if len(index) == 0:
                 yield None
                 continue

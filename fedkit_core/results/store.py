@@ -182,7 +182,7 @@ class RunDir:
     def create(self, nested: Mapping[str, Any]) -> None:
         """Make the folder of a new run of config ``nested``; refuse one that holds a run,
         and a folder that holds anything but a run (the user's files are never overwritten)."""
-        self._mkdir()
+        self._mkdir(private=bool(nested.get("private")))
         if self.is_run():
             self.require_config(nested)
             raise FedkitError(
@@ -206,10 +206,14 @@ class RunDir:
             self.config.unlink(missing_ok=True)
             self.config_sha256.unlink(missing_ok=True)
 
-    def _mkdir(self) -> None:
+    def _mkdir(self, private: bool = False) -> None:
+        """Make the run's folder and its missing parents; ``private``: each of them 0700
+        (``fedkit compare --private`` makes each runspec's folder so)."""
         if self.path.exists() and not self.path.is_dir():
             raise FedkitError(f"--out {self.path} is a file; give a folder for the run")
-        self.path.mkdir(parents=True, exist_ok=True)
+        missing = [p for p in (self.path, *self.path.parents) if not p.exists()]
+        for folder in reversed(missing):
+            folder.mkdir(mode=0o700 if private else 0o777, exist_ok=True)
 
     def save_config(self, nested: Mapping[str, Any]) -> None:
         """Write ``config.yaml`` and its hash ``config.sha256``."""
@@ -344,13 +348,14 @@ class RunDir:
         write_text(self.edits_log, log + f"{datetime.now():%Y-%m-%d %H:%M:%S} {text}\n")
 
     @contextmanager
-    def lock(self) -> Iterator[None]:
+    def lock(self, private: bool = False) -> Iterator[None]:
         """Hold ``run.lock`` (pid, host, start time) while writing the run; exit 2 when a live
         process holds it. A lock left by a dead process on this host is taken over; one from
-        another host is never taken over, as its process cannot be checked from here."""
+        another host is never taken over, as its process cannot be checked from here.
+        ``private``: the folders made for it are 0700 (a private run's, see :meth:`create`)."""
         mine = {"pid": os.getpid(), "host": socket.gethostname(), "since": f"{datetime.now()}"}
         try:
-            self._mkdir()
+            self._mkdir(private)
             claimed = self._claim(mine)
         except OSError as err:
             if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):

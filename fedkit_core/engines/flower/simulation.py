@@ -12,6 +12,16 @@ Two backends execute the ClientApps:
   hard-wires Ray, so this is part of the fast layer (:mod:`.fast`): on a Flower release it
   was not written for, the run falls back to ``ray`` with one warning.
 
+The Ray instance is this run's own and reachable from this machine only: its node address
+is the loopback interface, so the GCS, the raylet, the agents and the workers listen on
+127.0.0.1 (on ports Ray picks at random) and the dashboard is off; and it admits only
+processes that hold a random token made for the run (Ray's token authentication; the token
+is in the environment of the run's processes only): whoever could join a Ray instance would
+run code as the run's user. Its temporary folder (sockets, logs) lies in a fresh 0700
+folder that nobody else may enter (Ray makes its own folders 0777), removed after the run
+(kept, and named, under ``--debug``); with ``private`` the files there are 0600 too (umask
+077 while Ray runs).
+
 ``client_timeout`` is enforced inside the ClientApp, on either backend: the fedkit client
 then answers in an isolated worker process (:mod:`fedkit_core.engines.isolation`), killed
 when it misses the timeout or noticed when it exits; the node replies "failed" and its
@@ -23,6 +33,9 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
+import shutil
+import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -78,15 +91,15 @@ def simulate(
     def _main(grid: Grid, context: Context) -> None:
         outcome["results"] = serve(grid, cfg, plugin_set, run_dir, observer, nodes, resume=resume)
 
-    backend_config = {
-        "client_resources": {"num_cpus": cpus, "num_gpus": opts["client_gpus"]},
-        # a Ray instance of its own: not a cluster that $RAY_ADDRESS names (Ray retries an
-        # unreachable one forever) nor one this machine happens to run; with the cores this
-        # process may use (Ray would count the machine's)
-        "init_args": {"address": "local", "num_cpus": cpu_cores()},
-    }
     client_app = make_client_app(source)
-    with _backend(in_process) as name, _quiet_flower():
+    with _backend(in_process, bool(cfg["private"])) as (name, ray_args), _quiet_flower():
+        backend_config = {
+            "client_resources": {"num_cpus": cpus, "num_gpus": opts["client_gpus"]},
+            # a Ray instance of its own: not a cluster that $RAY_ADDRESS names (Ray retries
+            # an unreachable one forever) nor one this machine happens to run; with the cores
+            # this process may use (Ray would count the machine's); on loopback only
+            "init_args": {"address": "local", "num_cpus": cpu_cores(), **ray_args},
+        }
         try:
             run_simulation(
                 server_app,
@@ -121,12 +134,13 @@ def client_cpus(setting: float | None) -> float:
 
 
 @contextmanager
-def _backend(in_process: bool) -> Iterator[str]:
-    """The backend name to pass to ``run_simulation``: Flower's Ray backend, or with
+def _backend(in_process: bool, private: bool) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The backend name to pass to ``run_simulation`` and the extra arguments of
+    ``ray.init``: Flower's Ray backend on loopback (:func:`loopback_ray`), or with
     ``in_process`` the fast layer's thread backend, in place while the run lasts."""
     if in_process:
         with thread_backend() as name:
-            yield name
+            yield name, {}
         return
     try:
         import ray  # noqa: F401
@@ -135,7 +149,86 @@ def _backend(in_process: bool) -> Iterator[str]:
             "flower.backend=ray needs Ray: pip install 'fedkit[flower]' "
             "(or set flower.backend=thread)"
         ) from None
-    yield "ray"
+    with loopback_ray(private) as ray_args:
+        yield "ray", ray_args
+
+
+#: Ray's switch (read by ``ray._private.services.get_node_ip_address``) that makes a local
+#: instance's node address the loopback one; Ray sets it so on macOS and Windows
+RAY_LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+#: Ray's token authentication (Ray >= 2.52): the mode and the token every process of the
+#: instance must present
+RAY_TOKEN_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
+
+
+def _ray_has_tokens() -> bool:
+    import ray._raylet
+
+    return hasattr(ray._raylet, "AuthenticationTokenLoader")
+
+
+def _reload_ray_auth() -> None:
+    """Make Ray read its authentication settings from the environment again (its C++
+    config read them when Ray was imported)."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    AuthenticationTokenLoader.instance().reset_cache()
+    Config.initialize("")
+
+
+@contextmanager
+def loopback_ray(private: bool) -> Iterator[dict[str, Any]]:
+    """``ray.init`` arguments for a Ray instance that listens on 127.0.0.1 only and admits
+    only processes holding a fresh random token (Ray's token authentication, the token in
+    this process's environment, inherited by Ray's processes, written nowhere), with its
+    temporary folder inside a fresh 0700 one (removed afterwards unless ``--debug``);
+    ``private``: umask 077 meanwhile, so that the files there are 0600.
+
+    ``_node_ip_address="127.0.0.1"`` alone is not enough: Ray replaces a loopback address by
+    the machine's own unless its cluster switch is off (:data:`RAY_LOOPBACK_ENV`, read at
+    import, so the imported flag is switched too), and its gRPC servers bind the node's
+    address, all interfaces before that."""
+    from ray._private import ray_constants
+
+    saved_env = {name: os.environ.get(name) for name in (RAY_LOOPBACK_ENV, *RAY_TOKEN_ENV)}
+    saved_flag = ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[RAY_LOOPBACK_ENV] = "0"  # the processes Ray starts
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    # token authentication: a process of another user that reaches a loopback port cannot
+    # join without the token, which lives only in the environment of this run's processes
+    if _ray_has_tokens():
+        os.environ.update({RAY_TOKEN_ENV[0]: "token", RAY_TOKEN_ENV[1]: secrets.token_hex(32)})
+        _reload_ray_auth()
+    else:
+        logging.getLogger("fedkit").warning(
+            "this Ray has no token authentication (Ray >= 2.52): any local process that "
+            "reaches its loopback ports can join it and run code as this run's user"
+        )
+    # Ray's processes chmod each folder they make 0777 ("so others can use it"), whatever
+    # the umask: its temporary folder goes inside a 0700 one that nobody else can enter.
+    # The path stays short: Ray's socket paths must fit in 107 bytes.
+    temp = tempfile.mkdtemp(prefix="fedkit-ray-")
+    mask = os.umask(0o077) if private else None
+    try:
+        ray_temp = os.path.join(temp, "ray")
+        yield {"_node_ip_address": "127.0.0.1", "include_dashboard": False, "_temp_dir": ray_temp}
+    finally:
+        if mask is not None:
+            os.umask(mask)
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        if _ray_has_tokens():
+            _reload_ray_auth()
+        if os.environ.get("FEDKIT_DEBUG") == "1":
+            logging.getLogger("fedkit").warning("Ray's logs are kept in %s", temp)
+        else:
+            shutil.rmtree(temp, ignore_errors=True)
 
 
 def _not_a_client_traceback(record: logging.LogRecord) -> bool:
