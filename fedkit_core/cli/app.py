@@ -140,6 +140,15 @@ def compare(
         help="runs at once, each in its own process with cores/jobs torch threads "
         "(last digits can differ from a serial run's)",
     ),
+    executor: str = typer.Option(
+        "local",
+        "--executor",
+        help="where the runs run: local (this machine, --jobs at once) or ray (one Ray task "
+        "per run on the cluster at --address; runs on storage every node sees, docs/engines.md)",
+    ),
+    address: str | None = typer.Option(
+        None, "--address", help="the Ray cluster's head, HOST:PORT (with --executor ray)"
+    ),
     reference: str | None = typer.Option(
         None,
         "--reference",
@@ -186,6 +195,7 @@ def compare(
     from fedkit_core.comparison import compare
     from fedkit_core.errors import FedkitError
     from fedkit_core.fileio import make_folder
+    from fedkit_core.parallel import executor_for
     from fedkit_core.results import compare as cmp
     from fedkit_core.results.convergence import convergence_note
     from fedkit_core.results.labels import metric_name
@@ -196,8 +206,9 @@ def compare(
         raise FedkitError(f"--seeds expects comma-separated integers, got {seeds!r}") from None
     if not seed_list:
         raise FedkitError("--seeds is empty; give at least one seed, e.g. --seeds 0,1,2")
-    if jobs > 1 and logger:
-        raise FedkitError("--logger tracks runs of this process: use it without --jobs")
+    runner = executor_for(executor, jobs, address)
+    if runner is not None and logger:
+        raise FedkitError("--logger tracks runs of this process: use it without --jobs or ray")
     # one precedence for every flag: flags and --set above the runspec files, above
     # --config, above the defaults (flags are the top layer, as in `fedkit run`)
     base = [load_yaml(config) if config else {}]
@@ -241,6 +252,7 @@ def compare(
         sets=sets,
         run_one=run_one,
         jobs=jobs,
+        executor=runner,
         on_done=on_done,
         reference=reference,
         target=target,
