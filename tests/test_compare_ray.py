@@ -1,6 +1,7 @@
 """``fedkit compare --executor ray``: each run a task on a Ray cluster gives the very runs
 ``--jobs`` gives, and a bad executor or address is one clear error (exit 2)."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -35,10 +36,8 @@ def _stop(groups: list[int]) -> None:
     group), and no other Ray on the machine (``ray stop`` would stop every Ray of this user)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for group in groups:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, sig)
-            except ProcessLookupError:
-                pass
         time.sleep(2)
 
 
