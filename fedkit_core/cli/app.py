@@ -67,29 +67,32 @@ def run(
 
     Every config key, with its type and default: `fedkit config [--plugin NAME] [--task NAME]`.
     """
-    from fedkit_core import api
-    from fedkit_core.resolve import resolve_config
-    from fedkit_core.results.store import default_out
+    from fedkit_core.results.figure_process import drawing_in_background
 
-    layers = layers_of(
-        config,
-        plugin,
-        task,
-        set_,
-        rounds=rounds,
-        clients=clients,
-        seed=seed,
-        engine=engine,
-        device=device,
-        private=private or None,
-        figure_formats=parse_formats(figure_formats),
-    )
-    cfg, plugin_set = resolve_config(layers)
-    out = out or default_out(cfg)
-    resume_hint[0] = f"continue the run with `fedkit resume {out}`"
-    with observe(quiet, "rounds", logger, out) as observer:
-        results = api.run_resolved(cfg, plugin_set, out=out, observer=observer)
-    finish(results, out, quiet)
+    with drawing_in_background():  # first: the figure process forks before torch is imported
+        from fedkit_core import api
+        from fedkit_core.resolve import resolve_config
+        from fedkit_core.results.store import default_out
+
+        layers = layers_of(
+            config,
+            plugin,
+            task,
+            set_,
+            rounds=rounds,
+            clients=clients,
+            seed=seed,
+            engine=engine,
+            device=device,
+            private=private or None,
+            figure_formats=parse_formats(figure_formats),
+        )
+        cfg, plugin_set = resolve_config(layers)
+        out = out or default_out(cfg)
+        resume_hint[0] = f"continue the run with `fedkit resume {out}`"
+        with observe(quiet, "rounds", logger, out) as observer:
+            results = api.run_resolved(cfg, plugin_set, out=out, observer=observer)
+        finish(results, out, quiet)
 
 
 @app.command()
@@ -111,12 +114,17 @@ def resume(
     ),
 ) -> None:
     """Continue an interrupted run from its last completed round, or extend a run."""
-    from fedkit_core import api
+    from fedkit_core.results.figure_process import drawing_in_background
 
-    resume_hint[0] = f"continue the run with `fedkit resume {run_dir}`"
-    with observe(quiet, "rounds", logger, run_dir) as observer:
-        results = api.resume(run_dir, observer=observer, accept_edits=accept_edits, rounds=rounds)
-    finish(results, run_dir, quiet)
+    with drawing_in_background():  # first: the figure process forks before torch is imported
+        from fedkit_core import api
+
+        resume_hint[0] = f"continue the run with `fedkit resume {run_dir}`"
+        with observe(quiet, "rounds", logger, run_dir) as observer:
+            results = api.resume(
+                run_dir, observer=observer, accept_edits=accept_edits, rounds=rounds
+            )
+        finish(results, run_dir, quiet)
 
 
 @app.command()
