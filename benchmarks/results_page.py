@@ -34,12 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedkit_core.comparison import compare
+from fedkit_core.comparison import compare, executor_for
 from fedkit_core.config import load_yaml, parse_sets
 from fedkit_core.errors import FedkitError
 from fedkit_core.fileio import write_text
 from fedkit_core.metrics.paired import paired_difference
-from fedkit_core.parallel import Executor, executor_for
+from fedkit_core.parallel import Executor
 from fedkit_core.results.clients import clients_section, gain_rows, score_rows
 from fedkit_core.results.compare import Comparison, diff_rows, runspec_label
 from fedkit_core.results.compare import metric_label as label

@@ -18,11 +18,13 @@ import ipaddress
 import json
 import os
 import socket
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from fedkit_core.errors import FedkitError
+from fedkit_core.fileio import make_folder
 from fedkit_core.parallel import OnDone, Plan, collect, run_child
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir
@@ -71,7 +73,9 @@ def connect(address: str) -> None:
     # (Ray would otherwise pick this machine's network address for the driver)
     node = {"_node_ip_address": host} if is_loopback(host) else {}
     try:
-        ray.init(address=f"{host}:{port}", logging_level="WARNING", log_to_driver=False, **node)
+        with warnings.catch_warnings():  # Ray's notice of a future default, not the user's
+            warnings.simplefilter("ignore", FutureWarning)
+            ray.init(address=f"{host}:{port}", logging_level="WARNING", log_to_driver=False, **node)
     except (ConnectionError, RuntimeError) as err:
         raise FedkitError(f"could not join the Ray cluster at {address}: {err}") from None
 
@@ -143,7 +147,7 @@ class RayCluster:
         task = ray.remote(_run_task).options(num_cpus=1, num_gpus=gpus, max_retries=RETRIES)
         plan = [(spec, seed, path.absolute(), layers) for spec, seed, path, layers in plan]
         for _, _, path, _ in plan:  # the task checks that its node sees this folder
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_folder(path.parent)
         cwd = Path.cwd()
         refs = [task.remote(layers, path, cwd) for _, _, path, layers in plan]
         futures = {ref.future(): (spec, seed) for ref, (spec, seed, *_) in zip(refs, plan)}

@@ -58,6 +58,25 @@ if TYPE_CHECKING:
 PAIRING_KEYS = ("task.", "partition.", "clients")
 
 
+def executor_for(name: str, jobs: int = 1, address: str | None = None) -> Executor | None:
+    """The executor ``fedkit compare --executor NAME`` names: ``local`` (``jobs`` processes;
+    None for one, the runs then run in this process) or ``ray`` (tasks on the cluster at
+    ``address``)."""
+    if name not in ("local", "ray"):
+        raise FedkitError(f"--executor must be local or ray, got {name!r}")
+    if name == "local":
+        if address is not None:
+            raise FedkitError("--address names a Ray cluster: give it with --executor ray")
+        from fedkit_core.parallel import LocalProcesses
+
+        return LocalProcesses(jobs) if jobs > 1 else None
+    if jobs != 1:
+        raise FedkitError("--jobs is for --executor local; Ray places the runs by their CPUs")
+    from fedkit_core.cluster import RayCluster
+
+    return RayCluster(address)
+
+
 def planned_runs(
     runspecs: Sequence[str],
     seeds: Sequence[int],

@@ -45,23 +45,6 @@ class LocalProcesses:
         return run_parallel(plan, self.jobs, on_done)
 
 
-def executor_for(name: str, jobs: int = 1, address: str | None = None) -> Executor | None:
-    """The executor ``fedkit compare --executor NAME`` names: ``local`` (``jobs`` processes;
-    None for one, the runs then run in this process) or ``ray`` (tasks on the cluster at
-    ``address``)."""
-    if name not in ("local", "ray"):
-        raise FedkitError(f"--executor must be local or ray, got {name!r}")
-    if name == "local":
-        if address is not None:
-            raise FedkitError("--address names a Ray cluster: give it with --executor ray")
-        return LocalProcesses(jobs) if jobs > 1 else None
-    if jobs != 1:
-        raise FedkitError("--jobs is for --executor local; Ray places the runs by their CPUs")
-    from fedkit_core.cluster import RayCluster
-
-    return RayCluster(address)
-
-
 def threads_per_job(jobs: int) -> int:
     """Torch threads for each of ``jobs`` parallel runs: the cores split evenly, at least 1."""
     return max(1, (os.cpu_count() or 1) // jobs)

@@ -14,14 +14,17 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from fedkit_core import FedkitError
 from fedkit_core.cli import main
-from fedkit_core.comparison import compare
-from fedkit_core.parallel import LocalProcesses, executor_for
+from fedkit_core.comparison import compare, executor_for
+from fedkit_core.parallel import LocalProcesses
 from fedkit_core.testing import tiny
 
+#: the process groups of this module's Ray cluster (its head's and its worker node's daemons)
+_GROUPS: list[int] = []
 RAY = [sys.executable, "-m", "ray.scripts.scripts", "start", "--disable-usage-stats"]
 
 
@@ -41,13 +44,13 @@ def _stop(groups: list[int]) -> None:
         time.sleep(2)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def cluster():
     """A two-node Ray cluster on loopback only: a head and one worker node, 1 CPU each. Ray
     rewrites the address 127.0.0.1 to this machine's network address, so the nodes take
     127.0.0.2 and 127.0.0.3 (loopback too, on Linux)."""
     temp = Path(tempfile.mkdtemp(prefix="fkray-", dir="/tmp"))  # short: Ray's socket paths
-    port, groups = _free_port(), []
+    port, groups = _free_port(), _GROUPS
     head = ["--head", "--node-ip-address=127.0.0.2", f"--port={port}", "--num-cpus=1"]
     head += ["--include-dashboard=false", f"--temp-dir={temp}"]
     worker = [f"--address=127.0.0.2:{port}", "--node-ip-address=127.0.0.3", "--num-cpus=1"]
@@ -103,6 +106,52 @@ def test_runs_on_a_ray_cluster_equal_the_jobs_2_runs(tmp_path, cluster):
         for seed in seeds:
             run = f"{spec}/seed{seed}/results.json"
             assert _rounds(tmp_path / "ray" / run) == _rounds(tmp_path / "jobs" / run)
+
+
+def _task_workers() -> list[int]:
+    """The pids of this cluster's worker processes running a run (Ray titles them by task)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            title = (proc / "cmdline").read_bytes().split(b"\0")[0]
+            if title.startswith(b"ray::_run_task") and os.getpgid(int(proc.name)) in _GROUPS:
+                found.append(int(proc.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_a_run_whose_worker_is_lost_continues_from_its_checkpoint(tmp_path, cluster):
+    config = tiny(rounds=8, checkpoint=True)
+    config["task"]["head_samples"] = 96  # rounds long enough to be caught mid-run
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
+    command = [sys.executable, "-m", "fedkit_core.cli", "compare", "fedavg", "--seeds", "0"]
+    command += ["--config", str(tmp_path / "job.yaml"), "--out", str(tmp_path / "ray")]
+    command += ["--executor", "ray", "--address", cluster]
+    running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    results = tmp_path / "ray" / "fedavg" / "seed0" / "results.json"
+    killed = None
+    deadline = time.monotonic() + 300
+    while killed is None and running.poll() is None and time.monotonic() < deadline:
+        done = json.loads(results.read_text())["rounds"] if results.is_file() else []
+        workers = _task_workers()
+        if 1 <= len(done) < 6 and workers:
+            os.kill(workers[0], signal.SIGKILL)  # the run's worker process is lost
+            killed = len(done)
+        time.sleep(0.1)
+    output, _ = running.communicate(timeout=600)
+    assert killed is not None, "the run finished before its worker could be killed"
+    assert running.returncode == 0, output
+    found = json.loads(results.read_text())
+    assert found["status"] == "complete"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the Ray task: a thread per CPU it holds
+    try:
+        compare(["fedavg"], seeds=[0], out=tmp_path / "here", base=[config])
+    finally:
+        torch.set_num_threads(threads)
+    assert _rounds(results) == _rounds(tmp_path / "here" / "fedavg" / "seed0" / "results.json")
 
 
 def test_an_unknown_executor_is_exit_2(tmp_path, capsys):

@@ -200,10 +200,9 @@ def compare(
     YAML file, then --config, then the defaults."""
     from fedkit_core import api
     from fedkit_core.cli.display import print_rows, rows_table
-    from fedkit_core.comparison import compare
+    from fedkit_core.comparison import compare, executor_for
     from fedkit_core.errors import FedkitError
     from fedkit_core.fileio import make_folder
-    from fedkit_core.parallel import executor_for
     from fedkit_core.results import compare as cmp
     from fedkit_core.results.convergence import convergence_note
     from fedkit_core.results.labels import metric_name
