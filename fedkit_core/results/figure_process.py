@@ -47,8 +47,8 @@ def _serve(pipe: Connection) -> None:
 def drawing_in_background() -> Iterator[None]:
     """Run the block with a figure helper process, then wait for every figure it was sent
     (raising the first error, unless the block raised one)."""
-    if _helper:  # nested: the outer block's helper draws
-        yield
+    if _helper or "fork" not in multiprocessing.get_all_start_methods():
+        yield  # nested (the outer block's helper draws), or no fork here (Windows): in-process
         return
     context = multiprocessing.get_context("fork")
     pipe, theirs = context.Pipe()
@@ -85,11 +85,14 @@ def _wait(pipe: Connection, sent: list[Path]) -> list[BaseException]:
 def plot_run(results: Mapping[str, Any], directory: Path) -> None:
     """A run's figures: sent to the helper when a :func:`drawing_in_background` block runs
     (the block waits for them), else drawn here."""
-    if not _helper:
-        from fedkit_core.results.plots import plot_run as draw
+    if _helper:
+        pipe, sent = _helper[0]
+        try:
+            pipe.send((dict(results), Path(directory)))
+            sent.append(Path(directory))
+            return
+        except OSError:  # the helper is gone (it could not start): drawn here instead
+            pass
+    from fedkit_core.results.plots import plot_run as draw
 
-        draw(results, directory)
-        return
-    pipe, sent = _helper[0]
-    pipe.send((dict(results), Path(directory)))
-    sent.append(Path(directory))
+    draw(results, directory)
