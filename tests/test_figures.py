@@ -296,8 +296,8 @@ def test_run_writes_the_figure_formats_asked_for(tmp_path, tiny_yaml, monkeypatc
     assert not (tmp_path / "runs").exists()  # refused before anything ran
 
 
-# the figure process (fedkit run, fedkit resume): the same files as drawn in-process, all
-# there when its block ends, and a failing figure still an error of the command
+# the figure process (fedkit run, fedkit resume): the same files as drawn in-process, written
+# when plot_run returns, and a failing figure still an error of the command
 
 
 def test_the_figure_process_draws_what_the_command_would_and_hands_back_errors(tmp_path):
@@ -305,10 +305,11 @@ def test_the_figure_process_draws_what_the_command_would_and_hands_back_errors(t
     plots.plot_run(results, tmp_path / "here")  # in this process, the reference
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder")
-    with pytest.raises(OSError), figure_process.drawing_in_background():
+    with figure_process.drawing_in_background():
+        assert figure_process._helper  # sent to the helper, not drawn here
         figure_process.plot_run(results, tmp_path / "there")
-        assert figure_process._helper  # sent, not drawn here
-        figure_process.plot_run(results, blocked)  # cannot be written: raised at the end
+        with pytest.raises(OSError):  # cannot be written: the helper's error, raised here
+            figure_process.plot_run(results, blocked)
     for name in ("curves.png", "clients.png"):
         assert (tmp_path / "there" / name).read_bytes() == (tmp_path / "here" / name).read_bytes()
     assert not figure_process._helper

@@ -4,11 +4,11 @@ run``, ``fedkit resume``).
 :func:`drawing_in_background` forks the helper when the command starts, before torch is
 imported (so forking is safe, and the child never loads torch): it imports matplotlib while
 the command imports torch and loads the data, on a core those single-threaded steps leave
-idle. :func:`plot_run` hands it the complete results instead of drawing them here, and the
-command waits for its figures when the block ends: when the command returns, the run folder
-is complete (each figure written atomically, as :func:`fedkit_core.results.plots.plot_run`
-writes it), and a figure that failed raises here as it would have in-process. Outside the
-block (the library, ``fedkit compare``) figures are drawn in the calling process.
+idle. :func:`plot_run` hands it the complete results instead of drawing them here and waits
+for its answer, so the figures are written (atomically, as
+:func:`fedkit_core.results.plots.plot_run` writes them) before trackers log them and before
+the command returns, and a figure that failed raises there as it would have in-process.
+Outside the block (the library, ``fedkit compare``) figures are drawn in the calling process.
 """
 
 from __future__ import annotations
@@ -21,21 +21,19 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from fedkit_core.errors import FedkitError
-
-#: this process's helper while a :func:`drawing_in_background` block runs: its pipe, and the
-#: folders whose figures it was sent
-_helper: list[tuple[Connection, list[Path]]] = []
+#: the pipe to this process's helper while a :func:`drawing_in_background` block runs
+_helper: list[Connection] = []
 
 
 def _serve(pipe: Connection) -> None:
-    """The helper: import the plotting stack, then draw each run it is sent until ``None``,
-    answering each with ``None`` or the exception it raised."""
+    """The helper: import the plotting stack, then draw each run it is sent, answering each
+    with ``None`` or the exception it raised."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the command's to handle
     from fedkit_core.results import plots
 
     plots.warm_up()
-    while (job := pipe.recv()) is not None:
+    while True:
+        job = pipe.recv()
         try:
             plots.plot_run(*job)
             pipe.send(None)
@@ -45,8 +43,7 @@ def _serve(pipe: Connection) -> None:
 
 @contextmanager
 def drawing_in_background() -> Iterator[None]:
-    """Run the block with a figure helper process, then wait for every figure it was sent
-    (raising the first error, unless the block raised one)."""
+    """Run the block with a figure helper process (ended with the block)."""
     if _helper or "fork" not in multiprocessing.get_all_start_methods():
         yield  # nested (the outer block's helper draws), or no fork here (Windows): in-process
         return
@@ -55,44 +52,31 @@ def drawing_in_background() -> Iterator[None]:
     helper = context.Process(target=_serve, args=(theirs,), daemon=True, name="fedkit-figures")
     helper.start()
     theirs.close()
-    sent: list[Path] = []
-    _helper.append((pipe, sent))
+    _helper.append(pipe)
     try:
         yield
     finally:
         _helper.clear()
-        if not sent:  # nothing to draw (the command failed early): no wait for its imports
-            helper.terminate()
-        errors = _wait(pipe, sent) if sent else []
-        pipe.close()
+        helper.terminate()  # idle (every figure it was sent is answered) or still importing
         helper.join()
-    if errors:
-        raise errors[0]
-
-
-def _wait(pipe: Connection, sent: list[Path]) -> list[BaseException]:
-    """Every answer of the helper, then its end; a helper that died is an error naming the
-    folders it left without figures."""
-    try:
-        answers = [pipe.recv() for _ in sent]
-        pipe.send(None)
-    except (EOFError, OSError):
-        folders = ", ".join(map(str, sent))
-        return [FedkitError(f"the figure process ended early: draw {folders} with fedkit report")]
-    return [error for error in answers if error is not None]
+        pipe.close()
 
 
 def plot_run(results: Mapping[str, Any], directory: Path) -> None:
-    """A run's figures: sent to the helper when a :func:`drawing_in_background` block runs
-    (the block waits for them), else drawn here."""
+    """A run's figures, drawn by the helper when a :func:`drawing_in_background` block runs,
+    else here; either way they are written when this returns (trackers log them next), and
+    a figure that failed raises here."""
+    answer: BaseException | None = None
     if _helper:
-        pipe, sent = _helper[0]
         try:
-            pipe.send((dict(results), Path(directory)))
-            sent.append(Path(directory))
+            _helper[0].send((dict(results), Path(directory)))
+            answer = _helper[0].recv()
+        except (OSError, EOFError):  # the helper is gone (it could not start): drawn here
+            _helper.clear()
+        else:
+            if answer is not None:
+                raise answer
             return
-        except OSError:  # the helper is gone (it could not start): drawn here instead
-            pass
     from fedkit_core.results.plots import plot_run as draw
 
     draw(results, directory)
