@@ -16,7 +16,9 @@ that excludes 0, *not reproduced* otherwise, with the ablation that shows why.
 
 Run from the project root (the configs read ``../shared/data``). Runs are kept under
 ``--out`` (default ``runs/results-page``) and reused when the page is regenerated with the
-same settings, as ``fedkit compare`` does; ``--jobs N`` runs N runs at once.
+same settings, as ``fedkit compare`` does; ``--jobs N`` runs N runs at once, and
+``--executor ray --address HOST:PORT`` runs each as a task on a Ray cluster (docs/engines.md,
+"Comparisons on a Ray cluster").
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedkit_core.comparison import compare
+from fedkit_core.comparison import compare, executor_for
 from fedkit_core.config import load_yaml, parse_sets
+from fedkit_core.errors import FedkitError
 from fedkit_core.fileio import write_text
 from fedkit_core.metrics.paired import paired_difference
+from fedkit_core.parallel import Executor
 from fedkit_core.results.clients import clients_section, gain_rows, score_rows
 from fedkit_core.results.compare import Comparison, diff_rows, runspec_label
 from fedkit_core.results.compare import metric_label as label
@@ -353,6 +357,7 @@ def section(
     out: Path,
     jobs: int,
     references: bool = True,
+    executor: Executor | None = None,
 ) -> tuple[list[str], dict[str, Any]]:
     """Run one method's comparison (and ablations) and return its part of the page and its
     line in the summary table. Without ``references`` only the baseline and the method run
@@ -370,6 +375,7 @@ def section(
         base=[load_yaml(method.config)],
         sets=parse_sets(sets),
         jobs=jobs,
+        executor=executor,
         reference=reference,
     )
     runs = load_runs(where, specs, seeds)
@@ -444,7 +450,7 @@ def section(
     if method.diagnosis is not None:
         lines += method.diagnosis(method)
     for ablation in method.ablations:
-        lines += ablation_section(method, ablation, sets, seeds, out, jobs)
+        lines += ablation_section(method, ablation, sets, seeds, out, jobs, executor)
     summary = {
         "method": method.name,
         "claim": "; ".join(c.text for c in method.claims),
@@ -478,6 +484,7 @@ def ablation_section(
     seeds: Sequence[int],
     out: Path,
     jobs: int,
+    executor: Executor | None = None,
 ) -> list[str]:
     """One ablation: its question, command and paired differences."""
     pairs = [*sets, *ablation.sets]
@@ -492,6 +499,7 @@ def ablation_section(
         base=[load_yaml(method.config)],
         sets=parse_sets(pairs),
         jobs=jobs,
+        executor=executor,
     )
     keys = keys_of(method, found)
     return [
@@ -633,11 +641,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         "the page says each method's number of paired seeds",
     )
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (fedkit compare --jobs)")
+    parser.add_argument(
+        "--executor", default="local", help="local or ray (fedkit compare --executor)"
+    )
+    parser.add_argument("--address", help="the Ray cluster's head, HOST:PORT (--executor ray)")
     parser.add_argument("--out", type=Path, default=Path("runs/results-page"))
     parser.add_argument("--page", type=Path, default=Path("docs/results.md"))
     parser.add_argument("--note", default="", help="a paragraph for the page")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
+    try:
+        executor = executor_for(args.executor, args.jobs, args.address)
+    except FedkitError as err:
+        parser.error(str(err))
     if len(seeds) < 2:
         parser.error("--seeds needs at least 2 seeds for paired differences")
     wanted = [m for m in METHODS if not args.only or m.slug in args.only.split(",")]
@@ -664,6 +680,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             out,
             args.jobs,
             references=method.slug not in args.no_references.split(","),
+            executor=executor,
         )
         body += lines
         summary.append(line)

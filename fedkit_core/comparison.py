@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedkit_core import api
 from fedkit_core.config import Config
@@ -50,9 +50,31 @@ from fedkit_core.results.labels import reference_of
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import OwnedOutputs, RunDir, writable, write_json
 
+if TYPE_CHECKING:
+    from fedkit_core.parallel import Executor
+
 #: config keys (and key prefixes, ending in ``.``) that make seed k of two runspecs a pair:
 #: the same data, split the same way among the same clients
 PAIRING_KEYS = ("task.", "partition.", "clients")
+
+
+def executor_for(name: str, jobs: int = 1, address: str | None = None) -> Executor | None:
+    """The executor ``fedkit compare --executor NAME`` names: ``local`` (``jobs`` processes;
+    None for one, the runs then run in this process) or ``ray`` (tasks on the cluster at
+    ``address``)."""
+    if name not in ("local", "ray"):
+        raise FedkitError(f"--executor must be local or ray, got {name!r}")
+    if name == "local":
+        if address is not None:
+            raise FedkitError("--address names a Ray cluster: give it with --executor ray")
+        from fedkit_core.parallel import LocalProcesses
+
+        return LocalProcesses(jobs) if jobs > 1 else None
+    if jobs != 1:
+        raise FedkitError("--jobs is for --executor local; Ray places the runs by their CPUs")
+    from fedkit_core.cluster import RayCluster
+
+    return RayCluster(address)
 
 
 def planned_runs(
@@ -151,6 +173,7 @@ def compare(
     sets: Mapping[str, Any] | None = None,
     run_one: Callable[[list[Mapping[str, Any]], Path, str, int], Results] | None = None,
     jobs: int = 1,
+    executor: Executor | None = None,
     on_done: Callable[[str, int], None] | None = None,
     reference: str | None = None,
     target: str | None = None,
@@ -164,7 +187,8 @@ def compare(
     (default: :func:`fedkit_core.api.run` with ``reuse=True``, without progress display).
     With ``jobs`` > 1 the runs go to that many worker processes instead
     (:mod:`fedkit_core.parallel`; ``run_one`` is then unused and ``on_done(spec,
-    seed)`` reports each finished run).
+    seed)`` reports each finished run); ``executor`` (:mod:`fedkit_core.parallel`, e.g. a
+    Ray cluster) runs them instead of ``jobs`` local processes, the same way.
     ``reference``: the runspec each runspec's per-client gain is measured against (default:
     ``solo`` or another local reference when compared, else the first runspec; see
     :mod:`fedkit_core.results.clients`); the paired differences ``diff`` stay against the
@@ -213,10 +237,12 @@ def compare(
     written = writable(out)  # a read-only folder of complete runs is summarised, not written
     if written:
         outputs.claim(labels)  # refuses the user's files; removes only the last summary's
-    if jobs > 1:
-        from fedkit_core.parallel import run_parallel
+    if executor is None and jobs > 1:
+        from fedkit_core.parallel import LocalProcesses
 
-        done = run_parallel(plan, jobs, on_done)
+        executor = LocalProcesses(jobs)
+    if executor is not None:
+        done = executor.run(plan, on_done)
     else:
         done = [run_one(layers, path, spec, seed) for spec, seed, path, layers in plan]
     runs: dict[str, list[Results]] = {}

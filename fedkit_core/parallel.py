@@ -7,6 +7,11 @@ threads each): a run's numbers can differ from a serial run's in the last digits
 floating-point reductions depend on the thread count; runs at the same thread count are
 bitwise identical however they were scheduled. A worker ends itself when the comparison
 that started it is gone (killed, even with SIGKILL), and the resource tracker with it.
+
+Where the runs go is an :class:`Executor`: :class:`LocalProcesses` here, or
+:class:`fedkit_core.cluster.RayCluster` (Ray tasks on an existing cluster); both hand back the
+runs' results the same way (:func:`collect`), so a comparison is planned, resumed and
+summarised alike whichever runs it.
 """
 
 from __future__ import annotations
@@ -15,10 +20,10 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from fedkit_core.errors import FedkitError
 from fedkit_core.results.schema import Results
@@ -26,6 +31,23 @@ from fedkit_core.results.schema import Results
 Plan = Sequence[tuple[str, int, Path, list[Mapping[str, Any]]]]
 #: how often a worker checks that the comparison that started it is still there
 WATCH_SECONDS = 0.5
+OnDone = Callable[[str, int], None] | None
+
+
+class Executor(Protocol):
+    """Runs every run of a comparison's plan somewhere; their results in plan order."""
+
+    def run(self, plan: Plan, on_done: OnDone = None) -> list[Results]: ...
+
+
+class LocalProcesses:
+    """``jobs`` worker processes on this machine (``fedkit compare --jobs``)."""
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
+
+    def run(self, plan: Plan, on_done: OnDone = None) -> list[Results]:
+        return run_parallel(plan, self.jobs, on_done)
 
 
 def threads_per_job(jobs: int) -> int:
@@ -50,7 +72,7 @@ def _watch_parent(parent: int) -> None:
     os._exit(1)
 
 
-def _run_child(layers: list[Mapping[str, Any]], path: Path) -> str | None:
+def run_child(layers: list[Mapping[str, Any]], path: Path) -> str | None:
     """One run in a worker process; a user error comes back as its message."""
     from fedkit_core import api
 
@@ -61,9 +83,7 @@ def _run_child(layers: list[Mapping[str, Any]], path: Path) -> str | None:
     return None
 
 
-def run_parallel(
-    plan: Plan, jobs: int, on_done: Callable[[str, int], None] | None = None
-) -> list[Results]:
+def run_parallel(plan: Plan, jobs: int, on_done: OnDone = None) -> list[Results]:
     """Every run of ``plan`` in ``jobs`` worker processes; their results in plan order.
 
     ``on_done(runspec, seed)`` is called as each run finishes (for a progress display). The
@@ -78,18 +98,29 @@ def run_parallel(
         initargs=(threads_per_job(jobs), os.getpid()),
     ) as pool:
         futures = {
-            pool.submit(_run_child, layers, path): (spec, seed) for spec, seed, path, layers in plan
+            pool.submit(run_child, layers, path): (spec, seed) for spec, seed, path, layers in plan
         }
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                spec, seed = futures[future]
-                error = future.result()  # a bug in a run re-raises here, with its traceback
-                if error is not None:
-                    for other in pending:
-                        other.cancel()
-                    raise FedkitError(f"{spec} seed {seed}: {error}")
-                if on_done is not None:
-                    on_done(spec, seed)
+        return collect(plan, futures, on_done, Future.cancel)
+
+
+def collect(
+    plan: Plan,
+    futures: Mapping[Future, tuple[str, int]],
+    on_done: OnDone,
+    cancel: Callable[[Future], Any],
+) -> list[Results]:
+    """Wait for the runs' futures (each :func:`run_child`'s answer), reporting each finished
+    run; the first failing run cancels the others (``cancel``) and is raised naming it."""
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, return_when=FIRST_COMPLETED)
+        for future in done:
+            spec, seed = futures[future]
+            error = future.result()  # a bug in a run re-raises here, with its traceback
+            if error is not None:
+                for other in pending:
+                    cancel(other)
+                raise FedkitError(f"{spec} seed {seed}: {error}")
+            if on_done is not None:
+                on_done(spec, seed)
     return [Results.load(path) for _, _, path, _ in plan]

@@ -13,7 +13,7 @@ from matplotlib.collections import PolyCollection
 from fedkit_core.cli import main
 from fedkit_core.errors import FedkitError
 from fedkit_core.resolve import resolve_config
-from fedkit_core.results import compare, markdown_table, plots
+from fedkit_core.results import compare, figure_process, markdown_table, plots
 from fedkit_core.results.labels import chance_level
 from fedkit_core.results.store import config_hash, write_json
 from fedkit_core.testing import tiny
@@ -324,3 +324,27 @@ def test_run_writes_the_figure_formats_asked_for(tmp_path, tiny_yaml, monkeypatc
     assert figures == {"curves.png", "curves.pdf", "clients.png", "clients.pdf"}
     assert main(["run", "--config", str(tiny_yaml), "--figure-formats", "jpg", "-q"]) == 2
     assert not (tmp_path / "runs").exists()  # refused before anything ran
+
+
+# the figure process (fedkit run, fedkit resume): the same files as drawn in-process, written
+# when plot_run returns, and a failing figure still an error of the command
+
+
+def test_the_figure_process_draws_what_the_command_would_and_hands_back_errors(tmp_path):
+    results = fake_results(0)
+    plots.plot_run(results, tmp_path / "here")  # in this process, the reference
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    with figure_process.drawing_in_background():
+        assert figure_process._helper  # sent to the helper, not drawn here
+        figure_process.plot_run(results, tmp_path / "there")
+        with pytest.raises(OSError):  # cannot be written: the helper's error, raised here
+            figure_process.plot_run(results, blocked)
+    for name in ("curves.png", "clients.png"):
+        assert (tmp_path / "there" / name).read_bytes() == (tmp_path / "here" / name).read_bytes()
+    assert not figure_process._helper
+
+
+def test_outside_the_block_figures_are_drawn_in_this_process(tmp_path):
+    figure_process.plot_run(fake_results(1), tmp_path)
+    assert (tmp_path / "curves.png").is_file()

@@ -67,29 +67,32 @@ def run(
 
     Every config key, with its type and default: `fedkit config [--plugin NAME] [--task NAME]`.
     """
-    from fedkit_core import api
-    from fedkit_core.resolve import resolve_config
-    from fedkit_core.results.store import default_out
+    from fedkit_core.results.figure_process import drawing_in_background
 
-    layers = layers_of(
-        config,
-        plugin,
-        task,
-        set_,
-        rounds=rounds,
-        clients=clients,
-        seed=seed,
-        engine=engine,
-        device=device,
-        private=private or None,
-        figure_formats=parse_formats(figure_formats),
-    )
-    cfg, plugin_set = resolve_config(layers)
-    out = out or default_out(cfg)
-    resume_hint[0] = f"continue the run with `fedkit resume {out}`"
-    with observe(quiet, "rounds", logger, out) as observer:
-        results = api.run_resolved(cfg, plugin_set, out=out, observer=observer)
-    finish(results, out, quiet)
+    with drawing_in_background():  # first: the figure process forks before torch is imported
+        from fedkit_core import api
+        from fedkit_core.resolve import resolve_config
+        from fedkit_core.results.store import default_out
+
+        layers = layers_of(
+            config,
+            plugin,
+            task,
+            set_,
+            rounds=rounds,
+            clients=clients,
+            seed=seed,
+            engine=engine,
+            device=device,
+            private=private or None,
+            figure_formats=parse_formats(figure_formats),
+        )
+        cfg, plugin_set = resolve_config(layers)
+        out = out or default_out(cfg)
+        resume_hint[0] = f"continue the run with `fedkit resume {out}`"
+        with observe(quiet, "rounds", logger, out) as observer:
+            results = api.run_resolved(cfg, plugin_set, out=out, observer=observer)
+        finish(results, out, quiet)
 
 
 @app.command()
@@ -117,18 +120,21 @@ def resume(
     ),
 ) -> None:
     """Continue an interrupted run from its last completed round, or extend a run."""
-    from fedkit_core import api
+    from fedkit_core.results.figure_process import drawing_in_background
 
-    resume_hint[0] = f"continue the run with `fedkit resume {run_dir}`"
-    with observe(quiet, "rounds", logger, run_dir) as observer:
-        results = api.resume(
-            run_dir,
-            observer=observer,
-            accept_edits=accept_edits,
-            rounds=rounds,
-            accept_unverified=accept_unverified,
-        )
-    finish(results, run_dir, quiet)
+    with drawing_in_background():  # first: the figure process forks before torch is imported
+        from fedkit_core import api
+
+        resume_hint[0] = f"continue the run with `fedkit resume {run_dir}`"
+        with observe(quiet, "rounds", logger, run_dir) as observer:
+            results = api.resume(
+                run_dir,
+                observer=observer,
+                accept_edits=accept_edits,
+                rounds=rounds,
+                accept_unverified=accept_unverified,
+            )
+        finish(results, run_dir, quiet)
 
 
 @app.command()
@@ -151,6 +157,15 @@ def compare(
         "-j",
         help="runs at once, each in its own process with cores/jobs torch threads "
         "(last digits can differ from a serial run's)",
+    ),
+    executor: str = typer.Option(
+        "local",
+        "--executor",
+        help="where the runs run: local (this machine, --jobs at once) or ray (one Ray task "
+        "per run on the cluster at --address; runs on storage every node sees, docs/engines.md)",
+    ),
+    address: str | None = typer.Option(
+        None, "--address", help="the Ray cluster's head, HOST:PORT (with --executor ray)"
     ),
     reference: str | None = typer.Option(
         None,
@@ -195,7 +210,7 @@ def compare(
     YAML file, then --config, then the defaults."""
     from fedkit_core import api
     from fedkit_core.cli.display import print_rows, rows_table
-    from fedkit_core.comparison import compare
+    from fedkit_core.comparison import compare, executor_for
     from fedkit_core.errors import FedkitError
     from fedkit_core.fileio import make_folder
     from fedkit_core.results import compare as cmp
@@ -208,8 +223,9 @@ def compare(
         raise FedkitError(f"--seeds expects comma-separated integers, got {seeds!r}") from None
     if not seed_list:
         raise FedkitError("--seeds is empty; give at least one seed, e.g. --seeds 0,1,2")
-    if jobs > 1 and logger:
-        raise FedkitError("--logger tracks runs of this process: use it without --jobs")
+    runner = executor_for(executor, jobs, address)
+    if runner is not None and logger:
+        raise FedkitError("--logger tracks runs of this process: use it without --jobs or ray")
     # one precedence for every flag: flags and --set above the runspec files, above
     # --config, above the defaults (flags are the top layer, as in `fedkit run`)
     base = [load_yaml(config) if config else {}]
@@ -253,6 +269,7 @@ def compare(
         sets=sets,
         run_one=run_one,
         jobs=jobs,
+        executor=runner,
         on_done=on_done,
         reference=reference,
         target=target,

@@ -100,9 +100,11 @@ def progress(quiet: bool, title: str = ""):
     """A progress display for a run (also its observer), or nothing with ``quiet``."""
     from contextlib import nullcontext
 
+    if quiet:  # without importing the display (rich's text and tables)
+        return nullcontext(None)
     from fedkit_core.cli.display import RichProgress
 
-    return nullcontext(None) if quiet else RichProgress(console, title)
+    return RichProgress(console, title)
 
 
 #: what an interrupted command prints to say how to continue (the commands that run set it)

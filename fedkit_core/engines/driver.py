@@ -13,6 +13,7 @@ from fedkit_core.engines.checkpoint import RESUME_KEY, ServerCheckpoints
 from fedkit_core.engines.server import Server, Transport
 from fedkit_core.fileio import write_text
 from fedkit_core.plugins import PluginSet
+from fedkit_core.results import figure_process
 from fedkit_core.results.plots import RUN_FIGURES, figure_formats, figure_paths, plot_run
 from fedkit_core.results.schema import Results, build_results, has_test, metrics_csv
 from fedkit_core.results.store import ResultsWriter, RunDir, config_diff, config_hash
@@ -144,9 +145,10 @@ def write_missing_outputs(run_dir: RunDir, results: Results) -> list[str]:
 def finish_run(
     server: Server, plugin_set: PluginSet, run_dir: RunDir | None, writer: ResultsWriter
 ) -> Results:
-    """Write the complete results and their plots, then tell the observer."""
+    """Write the complete results and their plots (by the figure process where the command
+    started one: :mod:`fedkit_core.results.figure_process`), then tell the observer."""
     results = write_results("complete", server, plugin_set, run_dir, writer)
     if run_dir is not None:
-        plot_run(results, run_dir.path)
+        figure_process.plot_run(results, run_dir.path)
     server.observer.on_end(results, run_dir.path if run_dir else None)
     return results

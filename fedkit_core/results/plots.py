@@ -47,6 +47,11 @@ def _pyplot():
     return plt
 
 
+def warm_up() -> None:
+    """Import the plotting stack now (a figure process does it while the run trains)."""
+    _pyplot()
+
+
 def figure_formats(config: Mapping[str, Any] | None) -> tuple[str, ...]:
     """The formats a run's (resolved or recorded) ``config`` asks its figures in: its
     ``figure_formats`` key, PNG alone for a run recorded before the key existed."""
