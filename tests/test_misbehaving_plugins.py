@@ -95,3 +95,24 @@ def test_a_full_disk_is_the_machines_error_with_the_way_to_go_on(tmp_path, monke
     assert json.loads((out / "checkpoint" / "latest.json").read_text())["round"] == 1
     full["on"] = False
     assert resume(out).final["global"] == run(tiny(rounds=3)).final["global"]
+
+
+class Crashes:
+    """A plugin with a bug: its round start raises."""
+
+    @hookimpl
+    def fedkit_round_start(self, client):
+        return {}["missing"]
+
+
+def test_a_crashing_plugin_is_named_and_debug_output_does_not_ask_for_debug(monkeypatch):
+    monkeypatch.delenv("FEDKIT_DEBUG", raising=False)
+    with pytest.raises(FedkitError) as err:
+        run(tiny(rounds=1), plugins={"crashy": Crashes()})
+    text = str(err.value)
+    assert "plugin 'crashy' raised KeyError: 'missing'" in text
+    assert "round 1" in text and "rerun with --debug" in text
+    monkeypatch.setenv("FEDKIT_DEBUG", "1")  # what `fedkit ... --debug` sets
+    with pytest.raises(FedkitError) as err:
+        run(tiny(rounds=1), plugins={"crashy": Crashes()})
+    assert "plugin 'crashy' raised" in str(err.value) and "--debug" not in str(err.value)
