@@ -69,7 +69,7 @@ def run(
     """
     from fedkit_core import api
     from fedkit_core.resolve import resolve_config
-    from fedkit_core.results.store import default_out
+    from fedkit_core.results.store import default_out, remove_unstarted
 
     layers = layers_of(
         config,
@@ -85,10 +85,16 @@ def run(
         figure_formats=parse_formats(figure_formats),
     )
     cfg, plugin_set = resolve_config(layers)
+    named = out is None  # a folder of our own making: removed if the run fails before round 1
     out = out or default_out(cfg)
     resume_hint[0] = f"continue the run with `fedkit resume {out}`"
-    with observe(quiet, "rounds", logger, out) as observer:
-        results = api.run_resolved(cfg, plugin_set, out=out, observer=observer)
+    try:
+        with observe(quiet, "rounds", logger, out) as observer:
+            results = api.run_resolved(cfg, plugin_set, out=out, observer=observer)
+    except Exception:
+        if named:
+            remove_unstarted(out)
+        raise
     finish(results, out, quiet)
 
 

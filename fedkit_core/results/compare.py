@@ -23,7 +23,7 @@ import numpy as np
 
 from fedkit_core.config import AGGREGATION_MODES, load_yaml
 from fedkit_core.errors import FedkitError
-from fedkit_core.fileio import write_text
+from fedkit_core.fileio import folder_name, write_text
 from fedkit_core.metrics.paired import paired_difference
 from fedkit_core.plugins import BUILTINS, installed
 from fedkit_core.privacy.report import write_privacy_utility
@@ -41,7 +41,6 @@ from fedkit_core.results.labels import (
     metric_name,
 )
 from fedkit_core.results.schema import Results
-from fedkit_core.results.store import folder_name
 from fedkit_core.results.tables import _cell, latex_table, markdown_table, rows_markdown
 
 #: the runspec of the pooled reference (centralised training, not a plugin)

@@ -4,6 +4,7 @@ which runs are references rather than methods."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 METRICS = {  # results.json name: (long name for axes, short name for table headers)
@@ -62,6 +63,36 @@ def method_label(config: Mapping[str, Any]) -> str:
     if config.get("pooled"):
         return "pooled"
     return "+".join(config.get("plugins") or []) or "fedavg"
+
+
+def setting_parts(config: Mapping[str, Any], always: bool = False) -> list[str]:
+    """What sets a run apart beyond method and task, from its resolved ``config``: the model,
+    the aggregation mode and the DP level, and the site profiles (their file's stem). With
+    ``always`` the defaults are said too (``sync``, ``no DP``), as a figure's title does;
+    without, only what differs from them (a run folder's name)."""
+    parts = [str(config.get("model") or "cnn")]
+    mode = config.get("aggregation") or "sync"
+    if always or mode != "sync":
+        parts.append(f"aggregation {mode}" if always else mode)
+    sites = config.get("sites")
+    if sites:
+        parts.append(f"sites {Path(str(sites)).stem}" if always else Path(str(sites)).stem)
+    level = config.get("dp.level") or "none"
+    if level != "none":
+        parts.append(f"{level}-level DP" if always else f"dp-{level}")
+    elif always:
+        parts.append("no DP")
+    return parts
+
+
+def run_label(config: Mapping[str, Any], task: str) -> str:
+    """A run's name for readers: its config's ``name``, else its method on its ``task``, with
+    the model, aggregation mode, DP level and sites in parentheses."""
+    if config.get("name"):
+        return str(config["name"])
+    kind = reference_of(config)
+    what = method_label(config) + (f" ({kind} reference)" if kind else "")
+    return f"{what} on {task} ({', '.join(setting_parts(config))})"
 
 
 def reference_of(config: Mapping[str, Any]) -> str | None:

@@ -23,9 +23,9 @@ from fedkit_core.fileio import write_atomic
 from fedkit_core.results.labels import (
     chance_level,
     client_view,
-    method_label,
     metric_name,
-    reference_of,
+    run_label,
+    setting_parts,
 )
 from fedkit_core.results.schema import has_test
 
@@ -196,7 +196,7 @@ def draw_curves(results: Mapping[str, Any]) -> Any:
                     mew=1.5,
                     label=f"final test, {label} {value:.3f}",
                 )
-    fig.suptitle(_title(results), y=1.08)
+    fig.suptitle(curves_title(results), y=1.12)
     ax.set(
         ylabel=f"{split} {name}",
         title=f"{split} {metric_name(main, short=True)} per round\n"
@@ -265,13 +265,18 @@ def draw_clients(results: Mapping[str, Any]) -> Any:
 
 
 def _title(results: Mapping[str, Any]) -> str:
-    cfg = results["config"]
-    name = cfg.get("name")
-    if name:
-        return name
-    kind = reference_of(cfg)
-    what = method_label(cfg) + (f" ({kind} reference)" if kind else "")
-    return f"{what} on {results['task']['name']}"
+    """A run's name in figures and reports (:func:`run_label`)."""
+    return run_label(results["config"], results["task"]["name"])
+
+
+def curves_title(results: Mapping[str, Any]) -> str:
+    """The title of a run's ``curves``: its name, and below it the model, the aggregation
+    mode, the sites and the DP level (with the epsilon spent), defaults said too."""
+    parts = setting_parts(results["config"], always=True)
+    privacy = (results.get("final") or {}).get("privacy")
+    if privacy and privacy.get("epsilon") is not None:
+        parts[-1] += f", ε = {privacy['epsilon']:.3g} at δ = {privacy['delta']:g}"
+    return f"{_title(results)}\n{', '.join(parts)}"
 
 
 _PANELS = (  # (round record scope, key, panel title)
