@@ -39,6 +39,7 @@ from fedkit_core.results.labels import (
     REFERENCES,
     client_view,
     metric_name,
+    value_range,
 )
 from fedkit_core.results.schema import Results
 from fedkit_core.results.tables import _cell, latex_table, markdown_table, rows_markdown
@@ -169,6 +170,7 @@ def paired_table(
                 entry["per_seed"],
                 base[k]["per_seed"],
                 higher_is_better=k not in LOWER_IS_BETTER,
+                bounds=value_range(k),
             )
             for k, entry in table[spec].items()
             if k in base

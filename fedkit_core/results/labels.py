@@ -36,6 +36,22 @@ def metric_name(name: str, short: bool = False) -> str:
     return f"{plugin} {text}" if plugin else text
 
 
+def value_range(path: str) -> tuple[float, float] | None:
+    """The range of a compared number (a metric path such as ``final.global.bacc``): (0, 1)
+    for the metrics of :data:`METRICS` (a plugin's ``fca.gs_bacc`` too) and the worst
+    client's, (0, 0.5) for the std of scores in [0, 1]; ``None`` where unbounded (times)."""
+    if path.endswith("fairness.std"):
+        return (0.0, 0.5)
+    key = path.rpartition(".")[2]
+    if (
+        path.endswith("fairness.worst")
+        or key in METRICS
+        or any(key.endswith(f"_{m}") for m in METRICS)
+    ):
+        return (0.0, 1.0)
+    return None
+
+
 def client_view(final: Mapping[str, Any]) -> str:
     """The evaluation view whose models produced ``final["clients"]``: ``global`` when every
     client was scored with the global model (not personalised), else the personal view's
@@ -85,14 +101,14 @@ def setting_parts(config: Mapping[str, Any], always: bool = False) -> list[str]:
     return parts
 
 
-def run_label(config: Mapping[str, Any], task: str) -> str:
+def run_label(config: Mapping[str, Any], task: str, setting: bool = True) -> str:
     """A run's name for readers: its config's ``name``, else its method on its ``task``, with
-    the model, aggregation mode, DP level and sites in parentheses."""
+    (``setting``) the model, aggregation mode, DP level and sites in parentheses."""
     if config.get("name"):
         return str(config["name"])
     kind = reference_of(config)
     what = method_label(config) + (f" ({kind} reference)" if kind else "")
-    return f"{what} on {task} ({', '.join(setting_parts(config))})"
+    return f"{what} on {task}" + (f" ({', '.join(setting_parts(config))})" if setting else "")
 
 
 def reference_of(config: Mapping[str, Any]) -> str | None:
