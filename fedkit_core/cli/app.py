@@ -254,6 +254,11 @@ def compare(
     )
     for warning in found.warnings:
         console.print(f"[yellow]warning: not paired: {warning}[/]")
+    if found.reused:  # said even with --quiet: these numbers were not computed now
+        console.print(
+            f"reused {found.reused} of {total} runs, found finished in {out} with the same "
+            f"config (not run again; delete a run's folder to run it anew)"
+        )
     if not quiet:
         seeds_text = ", ".join(map(str, found.seeds))
         print_rows(console, found.rows(), f"mean ± std over seeds {seeds_text}, last round")
@@ -329,7 +334,7 @@ def plugins() -> None:
 
     table = Table(title="fedkit plugins", title_justify="left")
     for column in ("name", "version", "source", "hooks"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # wrapped, never cut with an ellipsis
     for info in list_plugins():
         table.add_row(
             info.name,
@@ -351,8 +356,8 @@ def tasks() -> None:
     table = Table(title="fedkit tasks", title_justify="left", expand=True)
     table.add_column("name", no_wrap=True)
     table.add_column("kind", no_wrap=True)
-    table.add_column("description (and task.path)", ratio=1)
-    table.add_column("data", no_wrap=True)
+    table.add_column("description (and task.path)", ratio=1, overflow="fold")  # wrapped, not cut
+    table.add_column("data", overflow="fold")
     home = str(Path.home())
     for spec in all_tasks().values():
         path = spec.resolve_path(None)

@@ -252,6 +252,8 @@ class Comparison:
     written: bool = True
     #: what the runspecs do not share, when compared anyway (``allow_unpaired``)
     warnings: list[str] = field(default_factory=list)
+    #: how many of the runs were found finished in their folders and reused, not run
+    reused: int = 0
 
     def rows(self) -> list[dict[str, str]]:
         """One row per compared number, one column per runspec (mean ± std), for a console;
