@@ -330,6 +330,7 @@ def test_off_a_terminal_a_run_prints_plain_lines(tmp_path, tiny_yaml, capsys):
     assert main(["run", "--config", str(tiny_yaml), "--rounds", "2", "--out", str(out)]) == 0
     printed = capsys.readouterr().out  # captured: not a terminal
     assert "round 1/2" in printed and "round 2/2" in printed
+    assert printed.index("before round 1: a few timed training steps") < printed.index("round 1/2")
     assert "━" not in printed and "\x1b[" not in printed
 
 

@@ -76,3 +76,50 @@ def test_off_a_terminal_progress_is_plain_lines():
     assert lines[2].startswith("round 1 took 30 s (start-up included): expect about 1 min 30 s")
     assert lines[-1] == "round 3/3  bacc 0.610  clients std 0.050 worst 0.520"
     assert "━" not in out.getvalue() and "\x1b" not in out.getvalue()
+
+
+def test_a_round_is_its_training_steps_and_evaluation_passes():
+    from types import SimpleNamespace
+
+    from fedkit_core.contract.data import ClientInfo
+    from fedkit_core.engines.estimate import FORWARD_SHARE, round_seconds
+
+    config = {"batch_size": 10, "eval_batch_size": 20, "local_epochs": 2}
+    config |= {"sample_fraction": 0.5, "eval_every": 1}
+    infos = {
+        "a": ClientInfo("a", num_train=95, num_val=20, num_test=40, class_counts=[]),
+        "b": ClientInfo("b", num_train=30, num_val=20, num_test=20, class_counts=[]),
+    }
+    seconds = round_seconds(SimpleNamespace(config=config), infos, step=1.0)
+    # one client sampled (the larger: 10 batches, twice), 5 evaluation batches of twice the size
+    assert seconds == 10 * 2 + 5 * 2 * FORWARD_SHARE
+
+
+def test_the_steps_timed_before_round_1_leave_the_runs_random_streams_alone():
+    import torch
+
+    from fedkit_core.contract.observer import Observer
+    from fedkit_core.engines.estimate import step_seconds
+    from fedkit_core.engines.server import Server
+    from fedkit_core.federation import prepare
+    from fedkit_core.resolve import resolve_config
+    from fedkit_core.testing import tiny
+
+    cfg, plugins = resolve_config([tiny()])
+    fed = prepare(cfg, plugins)
+    server = Server(cfg, plugins, fed.task, fed.device, Observer())
+    torch.manual_seed(7)
+    before = torch.get_rng_state()
+    assert step_seconds(server) > 0
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_the_estimate_is_said_before_round_1():
+    out = io.StringIO()
+    with PlainProgress(Console(file=out, width=200)) as progress:
+        assert progress.wants_estimate
+        progress.on_estimate(round_seconds=90.0, rounds=20)
+    assert out.getvalue().startswith(
+        "before round 1: a few timed training steps suggest about 1 min 30 s a round, "
+        "30 min 00 s for 20 rounds"
+    )

@@ -99,6 +99,15 @@ class RoundTimer:
         return None
 
 
+def estimate_text(round_seconds: float, rounds: int) -> str:
+    """What a run should cost, said before round 1 (:meth:`Observer.on_estimate`)."""
+    return (
+        "before round 1: a few timed training steps suggest about "
+        f"{duration(round_seconds)} a round, {duration(round_seconds * rounds)} for {rounds} "
+        "rounds (the model's own work; data loading, plugins and DP add to it)"
+    )
+
+
 def round_text(record: Mapping[str, Any]) -> str:
     """A round's headline for the console: its main metric on the test split (pooled, or
     the clients' mean), the clients' std and worst, and a DP run's epsilon so far."""
@@ -167,6 +176,11 @@ class RichProgress(Observer):
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
 
+    wants_estimate = True
+
+    def on_estimate(self, round_seconds: float, rounds: int) -> None:
+        self.progress.console.print(estimate_text(round_seconds, rounds))
+
     def on_start(self, total_rounds: int, first_round: int) -> None:
         if self.rounds is not None:
             self.progress.remove_task(self.rounds)
@@ -228,6 +242,11 @@ class PlainProgress(Observer):
 
     def _say(self, text: str) -> None:
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    wants_estimate = True
+
+    def on_estimate(self, round_seconds: float, rounds: int) -> None:
+        self._say(estimate_text(round_seconds, rounds))
 
     def on_start(self, total_rounds: int, first_round: int) -> None:
         self.total = total_rounds
