@@ -105,6 +105,7 @@ class Crashes:
         return {}["missing"]
 
 
+@pytest.mark.slow
 def test_a_crashing_plugin_is_named_and_debug_output_does_not_ask_for_debug(monkeypatch):
     monkeypatch.delenv("FEDKIT_DEBUG", raising=False)
     with pytest.raises(FedkitError) as err:

@@ -4,6 +4,7 @@ uncertainty; off a terminal, it is plain lines."""
 
 import io
 
+import pytest
 from rich.console import Console
 
 from fedkit_core.cli.display import PlainProgress, RichProgress, RoundTimer, duration
@@ -95,6 +96,7 @@ def test_a_round_is_its_training_steps_and_evaluation_passes():
     assert seconds == 10 * 2 + 5 * 2 * FORWARD_SHARE
 
 
+@pytest.mark.slow
 def test_the_steps_timed_before_round_1_leave_the_runs_random_streams_alone():
     import torch
 
