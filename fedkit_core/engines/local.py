@@ -109,7 +109,7 @@ class LocalEngine:
             )
             for cid in fed.clients
         }
-        if observer.wants_estimate and not resume:  # the cost, before round 1
+        if getattr(observer, "wants_estimate", False) and not resume:  # the cost, before round 1
             step = step_seconds(server)
             observer.on_estimate(round_seconds(server, fed.infos, step), cfg["rounds"])
         stores = None
