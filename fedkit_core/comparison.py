@@ -164,6 +164,15 @@ def refuse_foreign_runs(plan: Sequence[tuple[str, int, Path, list[Mapping[str, A
         raise FedkitError("\n".join(problems))
 
 
+def finished(path: Path) -> bool:
+    """Whether ``path`` holds a complete run (a comparison reuses it, of the same config)."""
+    run_dir = RunDir(path)
+    try:
+        return run_dir.results.is_file() and run_dir.load_results().get("status") == "complete"
+    except (OSError, ValueError, FedkitError):  # damaged: not reused (the run says why)
+        return False
+
+
 def compare(
     runspecs: Sequence[str],
     *,
@@ -233,6 +242,7 @@ def compare(
             "pass --allow-unpaired to compare them anyway with a warning in the table"
         )
     refuse_foreign_runs(plan)
+    reused = sum(finished(path) for _, _, path, _ in plan)  # read now: reused, not run
     outputs, labels = OwnedOutputs(out, MANIFEST), {runspec_label(s) for s in runspecs}
     written = writable(out)  # a read-only folder of complete runs is summarised, not written
     if written:
@@ -271,6 +281,7 @@ def compare(
             times,
             False,
             differences,
+            reused,
         )
     # the formats the comparison asks for; a reused run may have recorded others
     formats = next(iter(configs.values()))["figure_formats"]
@@ -290,5 +301,16 @@ def compare(
         timing.write_target(out, runs, goal, times, formats)
     outputs.record(labels)
     return Comparison(
-        table, main, list(seeds), diff, references, clients, converged, bn, times, True, differences
+        table,
+        main,
+        list(seeds),
+        diff,
+        references,
+        clients,
+        converged,
+        bn,
+        times,
+        True,
+        differences,
+        reused,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import errno
+import os
 from collections.abc import Iterable
 
 
@@ -38,15 +39,44 @@ def no_space(err: BaseException) -> BaseException:
     return err
 
 
+#: the modules of the plugins registered in this process -> the plugin's name, so that an
+#: error raised in a plugin's code names the plugin (filled by ``PluginSet``)
+PLUGIN_MODULES: dict[str, str] = {}
+
+
+def plugin_of(err: BaseException) -> str | None:
+    """The name of the registered plugin whose code raised ``err`` (the innermost frame of
+    its traceback that lies in a plugin's module), ``None`` when none did."""
+    tb, found = err.__traceback__, None
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", ""))
+        owners = [p for p in PLUGIN_MODULES if module == p or module.startswith(p + ".")]
+        if owners:  # the closest: a plugin's own module before a package several share
+            found = PLUGIN_MODULES[max(owners, key=len)] or found
+        tb = tb.tb_next
+    return found
+
+
 def failure_text(err: BaseException) -> str:
     """How a client's failure reads in its failed reply and the round's event: a user error's
     own message, ``the client exited (N)`` for ``sys.exit``, else the exception's kind and
-    text. The same on every engine."""
+    text, after the plugin that raised it (``plugin 'fca' raised KeyError: ...``). The same
+    on every engine."""
     if isinstance(err, SystemExit):
         return f"the client exited ({err})"
     if isinstance(err, FedkitError):
         return str(err)
-    return f"{type(err).__name__}: {err}"
+    plugin = plugin_of(err)
+    where = f"plugin {plugin!r} raised " if plugin else ""
+    return f"{where}{type(err).__name__}: {err}"
+
+
+def debug_hint(text: str) -> str:
+    """``text`` (what to do about a bug) with the hint to rerun with ``--debug`` for the
+    traceback, left out when this run has ``--debug`` (it shows the traceback)."""
+    if os.environ.get("FEDKIT_DEBUG"):
+        return f"{text}."
+    return f"{text}; rerun with --debug for the traceback."
 
 
 class ClientFailure(FedkitError):
@@ -58,11 +88,7 @@ class ClientFailure(FedkitError):
     """
 
     def __init__(self, client_id: str, round: int, message: str, bug: bool = False):
-        hint = (
-            "\nThis is a bug in a plugin or in fedkit; rerun with --debug for the traceback."
-            if bug
-            else ""
-        )
+        hint = "\n" + debug_hint("This is a bug in a plugin or in fedkit") if bug else ""
         super().__init__(f"client {client_id!r} failed in round {round}: {message}{hint}")
         self.client_id = client_id
         self.round = round
@@ -91,6 +117,9 @@ def unknown(kind: str, name: str, valid: Iterable[str]) -> FedkitError:
     valid = sorted(valid)
     close = difflib.get_close_matches(name, valid, n=3, cutoff=0.6) if len(name) < 100 else []
     synonym = SYNONYMS.get(name.lower())
+    if synonym is None:  # a typo of another tool's name: lerning_rate -> learning_rate -> lr
+        typo = difflib.get_close_matches(name.lower(), list(SYNONYMS), n=1, cutoff=0.8)
+        synonym = SYNONYMS[typo[0]] if typo else None
     if synonym in valid and synonym not in close:
         close.insert(0, synonym)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""

@@ -17,6 +17,7 @@ import re
 import socket
 import stat
 import tempfile
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -128,3 +129,26 @@ def process_alive(pid: int) -> bool:
     except PermissionError:  # another user's live process
         return True
     return True
+
+
+#: the longest file or folder name fedkit makes from a user's text, in UTF-8 bytes: file
+#: systems allow 255, and a temporary file beside it (:func:`write_atomic`) adds ~30 more
+MAX_NAME_BYTES = 100
+
+
+def folder_name(text: str, limit: int = MAX_NAME_BYTES) -> str:
+    """``text`` as the name of one file or folder inside another, readable in any script:
+    letters, marks and digits of every alphabet stay (``病院A``), other characters but
+    ``_.+-`` become ``_`` (no path separators), a name of dots alone (``.``, ``..``) has its
+    dots replaced too, so that a name never leads out of its folder; a name longer than
+    ``limit`` UTF-8 bytes is cut, on a whole character, and ends with ``-`` and 8 hex digits
+    of the whole text's digest, so that two long names stay apart."""
+    text = unicodedata.normalize("NFC", text)
+    kept = "".join(c if c in "_.+-" or unicodedata.category(c)[0] in "LMN" else "\0" for c in text)
+    name = re.sub("\0+", "_", kept)
+    name = name if name.strip(".") else name.replace(".", "_") or "_"
+    if len(name.encode()) <= limit:
+        return name
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    cut = name.encode()[: limit - len(digest) - 1].decode(errors="ignore")
+    return f"{cut}-{digest}"

@@ -21,7 +21,7 @@ import pluggy
 from fedkit_core.contract import hookspecs
 from fedkit_core.contract.options import Option
 from fedkit_core.contract.scope import CURRENT
-from fedkit_core.errors import FedkitError, unknown
+from fedkit_core.errors import PLUGIN_MODULES, FedkitError, unknown
 
 ENTRY_POINT_GROUP = "fedkit.plugins"
 
@@ -167,6 +167,19 @@ def _version_of(name: str, obj: Any, ep: EntryPoint | None) -> str:
     return str(getattr(obj, "__version__", "0+local"))
 
 
+def _remember_module(name: str, obj: Any, ep: EntryPoint | None) -> None:
+    """Note where plugin ``name``'s code lives, so that an error it raises names it: its
+    module and, for an installed plugin, its package (unless another plugin shares it)."""
+    module = obj.__name__ if isinstance(obj, types.ModuleType) else type(obj).__module__
+    if module.startswith("fedkit_core"):
+        return
+    PLUGIN_MODULES[module] = name
+    package = module.partition(".")[0]
+    if ep is not None and package != module:
+        shared = PLUGIN_MODULES.get(package, name) != name
+        PLUGIN_MODULES[package] = "" if shared else name  # "": more than one plugin's
+
+
 class PluginSet:
     """The plugins active in one run.
 
@@ -225,6 +238,8 @@ class PluginSet:
             raise FedkitError(f"cannot register plugin {name!r}: {err}") from None
         self.versions[name] = _version_of(name, obj, ep)
         self.objects[name] = obj
+        if name not in BUILTINS:
+            _remember_module(name, obj, ep)
 
     def _check_conflicts(self) -> None:
         for hook in hookspecs.EXCLUSIVE_HOOKS:

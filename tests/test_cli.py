@@ -312,3 +312,29 @@ def test_a_wide_comparison_is_printed_in_tables_that_fit_the_console():
         assert s in text
     parts = text.count("metric")
     assert parts > 1 and f"(1/{parts})" in text  # the first column repeated in every part
+
+
+@pytest.mark.slow
+def test_compare_says_how_many_finished_runs_it_reused(tmp_path, tiny_yaml, capsys):
+    argv = ["compare", "fedavg", "--config", str(tiny_yaml), "--seeds", "0,1", "--rounds", "1"]
+    argv += ["--out", str(tmp_path / "cmp"), "-q"]
+    assert main(argv) == 0
+    assert "reused" not in capsys.readouterr().out  # all were run
+    assert main(argv) == 0
+    assert "reused 2 of 2 runs, found finished in" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_off_a_terminal_a_run_prints_plain_lines(tmp_path, tiny_yaml, capsys):
+    out = tmp_path / "run"
+    assert main(["run", "--config", str(tiny_yaml), "--rounds", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out  # captured: not a terminal
+    assert "round 1/2" in printed and "round 2/2" in printed
+    assert printed.index("before round 1: a few timed training steps") < printed.index("round 1/2")
+    assert "━" not in printed and "\x1b[" not in printed
+
+
+def test_tables_off_a_terminal_wrap_long_words_rather_than_cut_them(capsys):
+    assert main(["tasks"]) == 0
+    printed = capsys.readouterr().out
+    assert "…" not in printed and "*.png|jpg" in printed

@@ -31,6 +31,14 @@ def test_unknown_key_names_close_matches_and_valid_keys():
     assert "Did you mean 'rounds'" in str(err.value) and "local_epochs" in str(err.value)
 
 
+@pytest.mark.parametrize("typo", ["lerning_rate", "learning_rat", "num_round"])
+def test_a_typo_of_another_tools_key_suggests_fedkits_own(typo):
+    with pytest.raises(FedkitError) as err:
+        resolve([{typo: 0.1}], CORE_OPTIONS)
+    suggested = {"lerning_rate": "lr", "learning_rat": "lr", "num_round": "rounds"}[typo]
+    assert f"Did you mean '{suggested}'" in str(err.value)
+
+
 @pytest.mark.parametrize(
     "layer, message",
     [

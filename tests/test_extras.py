@@ -60,6 +60,7 @@ def test_require_names_the_extra():
     [
         ("timm", lambda: build_backbone("resnet18", 3), "timm"),
         ("timm", lambda: build_backbone("efficientnet_lite0", 3), "timm"),
+        ("timm", lambda: build_backbone("efficientnet_lite0", 3, pretrained=True), "pretrained"),
         ("monai", lambda: unet(2, 1, 2, (8, 16)), "monai"),
     ],
 )

@@ -178,8 +178,9 @@ def test_curves_of_a_run_tested_only_in_its_best_and_last_rounds_show_validation
     assert title.startswith("validation bACC per round") and "final round on test" in title
 
 
-def test_compare_figure_draws_a_band_per_runspec_with_two_seeds(tmp_path, figures):
-    groups = {"fedavg": [fake_results(0), fake_results(1)], "fca": [fake_results(2, True)]}
+def test_compare_figure_draws_a_band_per_runspec_with_three_seeds(tmp_path, figures):
+    three = [fake_results(0), fake_results(1), fake_results(3)]
+    groups = {"fedavg": three, "fca": [fake_results(2, True)]}
     plots.plot_groups(groups, tmp_path / "compare.png")
     fig = figures["compare.png"]
     assert [ax.get_title() for ax in fig.axes] == [
@@ -187,7 +188,7 @@ def test_compare_figure_draws_a_band_per_runspec_with_two_seeds(tmp_path, figure
         "mean over the clients",
         "std across clients (lower is fairer)",
     ]
-    assert fig.get_suptitle().startswith("test bACC per round, mean ± std over 1/2 seeds")
+    assert fig.get_suptitle().startswith("test bACC per round, mean ± std over 1/3 seeds")
     for ax in fig.axes:
         (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]  # fedavg
         assert band.get_facecolor()[0][3] <= 0.1 and band.get_hatch()  # no blended brown
@@ -210,8 +211,9 @@ def test_compare_figure_names_runspecs_whose_curves_are_identical(tmp_path, figu
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert labels == ["fedavg (= fedprox)", "fedprox (= fedavg)", "fca"]
     for ax in fig.axes:  # the hidden one drawn apart: its own line style and marker
-        styles = [(line.get_linestyle(), line.get_marker()) for line in ax.lines]
-        assert len(set(styles)) == 3
+        labelled = [line for line in ax.lines if not line.get_label().startswith("_")]
+        styles = [(line.get_linestyle(), line.get_marker()) for line in labelled]
+        assert len(set(styles)) == 3  # (each seed's own thin line, unlabelled, beside them)
 
 
 def test_compare_tables_have_readable_headers_notes_and_the_same_numbers(tmp_path):
@@ -348,3 +350,111 @@ def test_the_figure_process_draws_what_the_command_would_and_hands_back_errors(t
 def test_outside_the_block_figures_are_drawn_in_this_process(tmp_path):
     figure_process.plot_run(fake_results(1), tmp_path)
     assert (tmp_path / "curves.png").is_file()
+
+
+def spread_results(seed: int, level: float) -> dict:
+    """:func:`fake_results` whose scores all sit at ``level`` (seeds far apart: wide bands)."""
+    results = fake_results(seed)
+    for record in [*results["rounds"], results["final"]]:
+        for scope in ("global", "clients_mean"):
+            record[scope] = {"bacc": level}
+    return results
+
+
+@pytest.mark.slow
+def test_with_two_seeds_the_compare_figure_draws_each_seed_not_a_band(tmp_path, figures):
+    groups = {"fedavg": [spread_results(0, 0.05), spread_results(1, 0.95)]}
+    plots.plot_groups(groups, tmp_path / "compare.png")
+    fig = figures["compare.png"]
+    assert "under 3 seeds: each seed drawn, no band" in fig.get_suptitle()
+    ax = fig.axes[0]
+    assert not [c for c in ax.collections if isinstance(c, PolyCollection)]
+    seeds = sorted({float(line.get_ydata()[0]) for line in ax.lines})
+    assert seeds == pytest.approx([0.05, 0.5, 0.95])  # each seed and their mean
+
+
+@pytest.mark.slow
+def test_bands_of_three_seeds_stay_within_the_metrics_range(tmp_path, figures):
+    levels = [0.02, 0.03, 0.98]  # mean ± std runs past 0 and 1 unclipped
+    groups = {"fedavg": [spread_results(s, v) for s, v in enumerate(levels)]}
+    plots.plot_groups(groups, tmp_path / "compare.png")
+    ax = figures["compare.png"].axes[0]
+    (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    ys = np.concatenate([p.vertices[:, 1] for p in band.get_paths()])
+    assert ys.min() >= 0.0 and ys.max() <= 1.0
+
+
+def gain_section(per_seed: dict[str, list[float]]) -> dict:
+    """A comparison's clients section: fedavg's gain over solo at each client, per seed."""
+    from fedkit_core.results.clients import client_gain
+
+    seeds = list(range(len(next(iter(per_seed.values())))))
+    gains = {
+        c: client_gain([0.5 + d for d in ds], [0.5] * len(ds), "bacc") for c, ds in per_seed.items()
+    }
+    scores = {spec: {c: {"mean": 0.5} for c in per_seed} for spec in ("solo", "fedavg")}
+    return {
+        "metric": "bacc",
+        "reference": "solo",
+        "seeds": seeds,
+        "gains": {"fedavg": gains},
+        "scores": scores,
+    }
+
+
+def test_a_t_interval_wider_than_the_metric_allows_is_clipped():
+    from fedkit_core.metrics.paired import paired_difference
+
+    wide = paired_difference([0.9, 0.1], [0.2, 0.3], bounds=(0.0, 1.0))  # t: +-6 around 0.25
+    assert wide["ci_t"] == [-1.0, 1.0] and wide["clipped"]
+    assert paired_difference([0.9, 0.1], [0.2, 0.3])["ci_t"][0] < -5  # unbounded: as it was
+    narrow = paired_difference([0.6, 0.61, 0.62], [0.5, 0.5, 0.5], bounds=(0.0, 1.0))
+    assert not narrow["clipped"] and narrow["significant"]
+    seconds = "final.wall_seconds"
+    table = {
+        "a": {"final.global.bacc": {"per_seed": [0.2, 0.3]}, seconds: {"per_seed": [1, 2]}},
+        "b": {"final.global.bacc": {"per_seed": [0.9, 0.1]}, seconds: {"per_seed": [9, 1]}},
+    }
+    diff = compare.paired_table(table)["b"]
+    assert diff["final.global.bacc"]["ci_t"] == [-1.0, 1.0]  # a bACC difference is in [-1, 1]
+    assert diff[seconds]["ci_t"][1] > 1  # a time is not bounded
+    (row,) = [r for r in compare.diff_rows({"b": diff}, ["final.global.bacc"])]
+    assert row["95% CI t"] == "[-1.0000, +1.0000]"
+
+
+@pytest.mark.slow
+def test_client_gains_of_two_seeds_show_the_seeds_and_an_axis_within_the_range(tmp_path, figures):
+    section = gain_section({"site0": [0.4, -0.35], "site1": [0.1, 0.12]})
+    assert section["gains"]["fedavg"]["site0"]["ci_t"][0] == -1.0  # clipped in the table too
+    plots.plot_client_gains(section, tmp_path / "compare-clients.png")
+    ax = figures["compare-clients.png"].axes[0]
+    assert "each seed's difference as a dot" in ax.get_title()
+    low, high = ax.get_ylim()
+    assert low >= -1.05 and high <= 1.05
+    dots = sorted(y for line in ax.lines if line.get_marker() == "." for y in line.get_ydata())
+    assert dots == pytest.approx([-0.35, 0.1, 0.12, 0.4])
+    assert ax.containers[0].errorbar is None  # no interval drawn from two seeds
+
+
+def test_curves_title_names_the_setting_and_ticks_stay_within_the_rounds(tmp_path, figures):
+    results = fake_results(0, rounds=2)
+    results["config"] |= {"model": "cnn", "aggregation": "fedbuff", "sites": "x/rural.yaml"}
+    results["config"]["dp.level"] = "client"
+    results["final"]["privacy"] = {"epsilon": 3.21, "delta": 1e-5}
+    for record, seconds in zip(results["rounds"], (1800.0, 5400.0)):
+        record["simulated_seconds"] = seconds
+    plots.plot_run(results, tmp_path)
+    fig = figures["curves.png"]
+    assert fig.get_suptitle() == (
+        "fedavg on synthetic\n"
+        "cnn, aggregation fedbuff, sites rural, client-level DP, ε = 3.21 at δ = 1e-05"
+    )
+    for ax in fig.axes[:2]:
+        assert [float(t) for t in ax.xaxis.get_majorticklocs()] == [1.0, 2.0]
+    (top,) = fig.axes[0].child_axes  # simulated time, offered on top
+    assert top.get_xlabel() == "simulated time (h)"
+    assert top.xaxis.get_major_formatter()  # drawn
+    plain = fake_results(1, rounds=2)
+    plots.plot_run(plain, tmp_path)
+    assert figures["curves.png"].get_suptitle().endswith("\ncnn, aggregation sync, no DP")
+    assert not figures["curves.png"].axes[0].child_axes  # no virtual clock: no time axis

@@ -130,3 +130,25 @@ def test_plugin_metrics_never_replace_metrics_csv_columns(tmp_path, caplog):
     said = [r.getMessage() for r in caplog.records]
     for name in ("epsilon", "round", "split", "fairness_std", "scope"):
         assert sum(f"gives a metric {name!r}, the name of a built-in" in m for m in said) == 1
+
+
+class Crashes:
+    """A plugin with a bug: its round start raises."""
+
+    @hookimpl
+    def fedkit_round_start(self, client):
+        return {}["missing"]
+
+
+@pytest.mark.slow
+def test_a_crashing_plugin_is_named_and_debug_output_does_not_ask_for_debug(monkeypatch):
+    monkeypatch.delenv("FEDKIT_DEBUG", raising=False)
+    with pytest.raises(FedkitError) as err:
+        run(tiny(rounds=1), plugins={"crashy": Crashes()})
+    text = str(err.value)
+    assert "plugin 'crashy' raised KeyError: 'missing'" in text
+    assert "round 1" in text and "rerun with --debug" in text
+    monkeypatch.setenv("FEDKIT_DEBUG", "1")  # what `fedkit ... --debug` sets
+    with pytest.raises(FedkitError) as err:
+        run(tiny(rounds=1), plugins={"crashy": Crashes()})
+    assert "plugin 'crashy' raised" in str(err.value) and "--debug" not in str(err.value)

@@ -3,6 +3,7 @@ shipped examples (examples/sites/), read through a run's config."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -134,6 +135,15 @@ def test_the_shipped_profiles_load_and_cover_any_number_of_clients(path):
     for n in (1, 4, 10_000):
         ids = [f"c{k}" for k in range(n)]
         assert set(sites.assign(ids, seed=0)) == set(ids)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_the_commands_in_the_site_files_name_tasks_that_exist(path):
+    from fedkit_core.tasks.registry import all_tasks
+
+    header = "\n".join(line for line in path.read_text().splitlines() if line.startswith("#"))
+    named = re.findall(r"--task (\S+)", header)
+    assert all(name in all_tasks() for name in named), named
 
 
 def test_the_rural_profiles_ship():

@@ -106,6 +106,16 @@ def test_unknown_task_lists_the_known_ones(installed):
         get_task("throwaway2")
 
 
+@pytest.mark.parametrize("name", ["pneumoniamnist", "RetinaMNIST"])
+def test_a_medmnist_flag_as_task_says_how_to_run_it(name):
+    with pytest.raises(FedkitError) as err:
+        get_task(name)
+    flag = name.lower()
+    assert f"--task medmnist --set task.flag={flag}" in str(err.value)
+    assert f"--task npz --set task.path=PATH/{flag}.npz" in str(err.value)
+    assert "pneumonia-cxr" not in str(err.value)  # not the nearest name of another task
+
+
 def test_builtins_are_declared_in_pyproject_too():
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

@@ -71,10 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:
         if debug:
             raise
+        from fedkit_core.errors import failure_text
+
         err_console.print(
             Text.assemble(
                 ("internal error: ", "bold red"),
-                f"{type(err).__name__}: {err}\n",
+                f"{failure_text(err)}\n",
                 "This is a bug in fedkit or a plugin; rerun with --debug for the traceback.",
             ),
             soft_wrap=True,

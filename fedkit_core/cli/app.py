@@ -72,7 +72,7 @@ def run(
     with drawing_in_background():  # first: the figure process forks before torch is imported
         from fedkit_core import api
         from fedkit_core.resolve import resolve_config
-        from fedkit_core.results.store import default_out
+        from fedkit_core.results.store import default_out, remove_unstarted
 
         layers = layers_of(
             config,
@@ -88,10 +88,16 @@ def run(
             figure_formats=parse_formats(figure_formats),
         )
         cfg, plugin_set = resolve_config(layers)
+        named = out is None  # a folder of our own making: removed if the run fails before round 1
         out = out or default_out(cfg)
         resume_hint[0] = f"continue the run with `fedkit resume {out}`"
-        with observe(quiet, "rounds", logger, out) as observer:
-            results = api.run_resolved(cfg, plugin_set, out=out, observer=observer)
+        try:
+            with observe(quiet, "rounds", logger, out) as observer:
+                results = api.run_resolved(cfg, plugin_set, out=out, observer=observer)
+        except Exception:
+            if named:
+                remove_unstarted(out)
+            raise
         finish(results, out, quiet)
 
 
@@ -277,6 +283,11 @@ def compare(
     )
     for warning in found.warnings:
         console.print(f"[yellow]warning: not paired: {warning}[/]")
+    if found.reused:  # said even with --quiet: these numbers were not computed now
+        console.print(
+            f"reused {found.reused} of {total} runs, found finished in {out} with the same "
+            f"config (not run again; delete a run's folder to run it anew)"
+        )
     if not quiet:
         seeds_text = ", ".join(map(str, found.seeds))
         print_rows(console, found.rows(), f"mean ± std over seeds {seeds_text}, last round")
@@ -352,7 +363,7 @@ def plugins() -> None:
 
     table = Table(title="fedkit plugins", title_justify="left")
     for column in ("name", "version", "source", "hooks"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # wrapped, never cut with an ellipsis
     for info in list_plugins():
         table.add_row(
             info.name,
@@ -374,8 +385,8 @@ def tasks() -> None:
     table = Table(title="fedkit tasks", title_justify="left", expand=True)
     table.add_column("name", no_wrap=True)
     table.add_column("kind", no_wrap=True)
-    table.add_column("description (and task.path)", ratio=1)
-    table.add_column("data", no_wrap=True)
+    table.add_column("description (and task.path)", ratio=1, overflow="fold")  # wrapped, not cut
+    table.add_column("data", overflow="fold")
     home = str(Path.home())
     for spec in all_tasks().values():
         path = spec.resolve_path(None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -31,12 +32,121 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
+class RoundTimer:
+    """How long the rest of a run should take, from the rounds timed so far. Round 1 holds
+    the start-up (building the model, reading data, the first batches' warm-up), so the
+    estimate rests on the later, steady rounds as soon as there are two, with their spread
+    as its uncertainty; from round 1 alone it is a range, as wide as such first estimates
+    were seen to miss (0.6-1.7 times)."""
+
+    #: how far an estimate from round 1 alone was seen to miss, both ways
+    FIRST_ROUND_RANGE = (0.6, 1.7)
+
+    def __init__(self, total: int):
+        self.total = total
+        self.seconds: list[float] = []
+
+    def add(self, seconds: float) -> None:
+        self.seconds.append(seconds)
+
+    @property
+    def steady(self) -> list[float]:
+        """The rounds after the first (the start-up), once there are two of them."""
+        return self.seconds[1:] if len(self.seconds) >= 3 else []
+
+    def left(self) -> tuple[float, float, float]:
+        """``(estimate, low, high)`` seconds for the rounds left."""
+        rounds_left = self.total - len(self.seconds)
+        if self.steady:
+            per = statistics.median(self.steady)
+            spread = statistics.pstdev(self.steady) * rounds_left  # slow drifts add up, not cancel
+            return (
+                per * rounds_left,
+                max(per * rounds_left - spread, 0.0),
+                per * rounds_left + spread,
+            )
+        per = statistics.fmean(self.seconds)
+        low, high = self.FIRST_ROUND_RANGE
+        return per * rounds_left, per * rounds_left * low, per * rounds_left * high
+
+    def eta(self) -> str:
+        """``~1 min 20 s left (± 10 s)`` for the progress display; empty once done."""
+        if len(self.seconds) >= self.total or not self.seconds:
+            return ""
+        mid, low, high = self.left()
+        if self.steady:
+            return f"~{duration(mid)} left (± {duration((high - low) / 2)})"
+        return f"~{duration(mid)} left ({duration(low)}-{duration(high)})"
+
+    def announcement(self) -> str | None:
+        """What to print once after round 1 (the whole run's expected time, as a range) and
+        after round 3 (from the steady rounds, with their spread); else None."""
+        n = len(self.seconds)
+        if n == 1 and self.total > 1:
+            mid, low, high = (self.seconds[0] + x for x in self.left())
+            return (
+                f"round 1 took {duration(self.seconds[0])} (start-up included): expect about "
+                f"{duration(mid)} for {self.total} rounds, likely {duration(low)} to "
+                f"{duration(high)}" + ("; refined after round 3" if self.total > 3 else "")
+            )
+        if n == 3 and self.total > 3:
+            mid, low, high = (sum(self.seconds) + x for x in self.left())
+            per, spread = statistics.median(self.steady), statistics.pstdev(self.steady)
+            return (
+                f"rounds 2-3 took {duration(per)} each (± {duration(spread)}): expect about "
+                f"{duration(mid)} for {self.total} rounds (± {duration((high - low) / 2)})"
+            )
+        return None
+
+
+def estimate_text(round_seconds: float, rounds: int) -> str:
+    """What a run should cost, said before round 1 (:meth:`Observer.on_estimate`)."""
+    return (
+        "before round 1: a few timed training steps suggest about "
+        f"{duration(round_seconds)} a round, {duration(round_seconds * rounds)} for {rounds} "
+        "rounds (the model's own work; data loading, plugins and DP add to it)"
+    )
+
+
+def round_text(record: Mapping[str, Any]) -> str:
+    """A round's headline for the console: its main metric on the test split (pooled, or
+    the clients' mean), the clients' std and worst, and a DP run's epsilon so far."""
+    text = ""
+    if has_test(record):
+        glob, fair = record["global"] or record["clients_mean"], record.get("fairness", {})
+        main = fair.get("metric") or next(iter(glob))
+        text = f"{main} {glob.get(main, float('nan')):.3f}"
+        if fair:
+            text += f"  clients std {fair['std']:.3f} worst {fair['worst']:.3f}"
+    elif "val" in record:  # eval_test=improved: validation did not improve, no test
+        val = record["val"]
+        glob, main = val["global"] or val["clients_mean"], val["fairness"].get("metric")
+        main = main or next(iter(glob), None)
+        if main is not None:
+            text = f"val {main} {glob.get(main, float('nan')):.3f} (no better: test not scored)"
+    privacy = record.get("privacy")
+    if privacy is not None:
+        text += f"  ε {privacy['epsilon']:.3f}"
+    return text
+
+
+def privacy_spent(record: Mapping[str, Any]) -> str | None:
+    """A DP round's line on the budget spent so far (printed every round), else None."""
+    privacy = record.get("privacy")
+    if privacy is None:
+        return None
+    return (
+        f"round {record['round']}: privacy spent ε = {privacy['epsilon']:.4f} "
+        f"at δ = {privacy['delta']:g}"
+    )
+
+
 class RichProgress(Observer):
     """Rounds as a progress bar, the current phase (train, query, evaluate) below it, and
     the latest metrics next to the bar. From the first round on, the bar also says how long
-    the rest of the run should take (the mean round so far times the rounds left), and the
-    first round prints the whole run's expected wall time once, so a long run is known to be
-    long in its first minute."""
+    the rest of the run should take (:class:`RoundTimer`: from the steady rounds, with its
+    uncertainty), and rounds 1 and 3 print the whole run's expected wall time once, so a
+    long run is known to be long in its first minute."""
 
     def __init__(
         self, console: Console, title: str = "", clock: Callable[[], float] = time.monotonic
@@ -56,9 +166,8 @@ class RichProgress(Observer):
         )
         self.rounds = None
         self.phase = None
-        self.started = 0.0
-        self.done = 0
-        self.total = 0
+        self.last = 0.0
+        self.timer = RoundTimer(0)
 
     def __enter__(self) -> RichProgress:
         self.progress.start()
@@ -66,6 +175,11 @@ class RichProgress(Observer):
 
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
+
+    wants_estimate = True
+
+    def on_estimate(self, round_seconds: float, rounds: int) -> None:
+        self.progress.console.print(estimate_text(round_seconds, rounds))
 
     def on_start(self, total_rounds: int, first_round: int) -> None:
         if self.rounds is not None:
@@ -79,7 +193,7 @@ class RichProgress(Observer):
             eta="",
         )
         self.phase = self.progress.add_task("  starting", total=1, metrics="", eta="")
-        self.started, self.done, self.total = self.clock(), 0, total_rounds - first_round + 1
+        self.last, self.timer = self.clock(), RoundTimer(total_rounds - first_round + 1)
 
     def on_phase(self, round: int, phase: str, done: int, total: int) -> None:
         if self.phase is not None:
@@ -91,36 +205,67 @@ class RichProgress(Observer):
             )
 
     def on_round_end(self, record: dict[str, Any]) -> None:
-        text = ""
-        if has_test(record):
-            glob, fair = record["global"] or record["clients_mean"], record.get("fairness", {})
-            main = fair.get("metric") or next(iter(glob))
-            text = f"{main} {glob.get(main, float('nan')):.3f}"
-            if fair:
-                text += f"  clients std {fair['std']:.3f} worst {fair['worst']:.3f}"
-        elif "val" in record:  # eval_test=improved: validation did not improve, no test
-            val = record["val"]
-            glob, main = val["global"] or val["clients_mean"], val["fairness"].get("metric")
-            main = main or next(iter(glob), None)
-            if main is not None:
-                text = f"val {main} {glob.get(main, float('nan')):.3f} (no better: test not scored)"
-        privacy = record.get("privacy")
-        if privacy is not None:  # differential privacy: the budget spent so far, every round
-            text += f"  ε {privacy['epsilon']:.3f}"
-            self.progress.console.print(
-                f"round {record['round']}: privacy spent ε = {privacy['epsilon']:.4f} "
-                f"at δ = {privacy['delta']:g}"
-            )
-        self.done += 1
-        per_round = (self.clock() - self.started) / self.done
-        left = per_round * (self.total - self.done)
-        eta = f"~{duration(left)} left" if self.done < self.total else ""
-        if self.done == 1 and self.total > 1:
-            self.progress.console.print(
-                f"round 1 took {duration(per_round)}: expect about "
-                f"{duration(per_round * self.total)} for {self.total} rounds"
-            )
-        self.progress.update(self.rounds, advance=1, metrics=text, eta=eta)
+        spent = privacy_spent(record)
+        if spent:
+            self.progress.console.print(spent)
+        now = self.clock()
+        self.timer.add(now - self.last)
+        self.last = now
+        said = self.timer.announcement()
+        if said:
+            self.progress.console.print(said)
+        self.progress.update(
+            self.rounds, advance=1, metrics=round_text(record), eta=self.timer.eta()
+        )
+
+
+class PlainProgress(Observer):
+    """The progress of a run as plain lines, for output that is not a terminal (a log, a
+    pipe): one line a round with its metrics and the time left, and the estimates of
+    :class:`RoundTimer`; no bars, no control characters."""
+
+    def __init__(
+        self, console: Console, title: str = "", clock: Callable[[], float] = time.monotonic
+    ):
+        self.console = console
+        self.clock = clock
+        self.title = title
+        self.last = 0.0
+        self.total = 0
+        self.timer = RoundTimer(0)
+
+    def __enter__(self) -> PlainProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def _say(self, text: str) -> None:
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    wants_estimate = True
+
+    def on_estimate(self, round_seconds: float, rounds: int) -> None:
+        self._say(estimate_text(round_seconds, rounds))
+
+    def on_start(self, total_rounds: int, first_round: int) -> None:
+        self.total = total_rounds
+        self.last, self.timer = self.clock(), RoundTimer(total_rounds - first_round + 1)
+        where = f"{self.title}: " if self.title not in ("", "rounds") else ""
+        self._say(f"{where}rounds {first_round}-{total_rounds} of {total_rounds}")
+
+    def on_round_end(self, record: dict[str, Any]) -> None:
+        now = self.clock()
+        self.timer.add(now - self.last)
+        self.last = now
+        spent = privacy_spent(record)
+        if spent:
+            self._say(spent)
+        parts = [f"round {record['round']}/{self.total}", round_text(record), self.timer.eta()]
+        self._say("  ".join(p for p in parts if p))
+        said = self.timer.announcement()
+        if said:
+            self._say(said)
 
 
 #: shorter column headings for the console (results.json keeps the full names)
@@ -266,7 +411,9 @@ def rows_table(rows: Sequence[Mapping[str, Any]], title: str = "") -> Table:
     )
     for column in rows[0]:
         text = column in ("run", "status", "name", "metric", "client")
-        table.add_column(str(column), justify="left" if text else "right", no_wrap=not text)
+        table.add_column(
+            str(column), justify="left" if text else "right", no_wrap=not text, overflow="fold"
+        )
     for row in rows:
         table.add_row(*(_fmt(v) for v in row.values()))
     return table

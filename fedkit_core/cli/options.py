@@ -97,14 +97,15 @@ def finish(results: dict[str, Any], out: Path, quiet: bool) -> None:
 
 
 def progress(quiet: bool, title: str = ""):
-    """A progress display for a run (also its observer), or nothing with ``quiet``."""
+    """A progress display for a run (also its observer): bars on a terminal, plain lines
+    when the output is not one (a log, a pipe); nothing with ``quiet``."""
     from contextlib import nullcontext
 
     if quiet:  # without importing the display (rich's text and tables)
         return nullcontext(None)
-    from fedkit_core.cli.display import RichProgress
+    from fedkit_core.cli.display import PlainProgress, RichProgress
 
-    return RichProgress(console, title)
+    return (RichProgress if console.is_terminal else PlainProgress)(console, title)
 
 
 #: what an interrupted command prints to say how to continue (the commands that run set it)

@@ -11,6 +11,13 @@ from typing import Any
 class Observer:
     """Receives progress events (the CLI shows them); every method is optional."""
 
+    #: whether this observer shows :meth:`on_estimate` (the engine then times a few steps)
+    wants_estimate = False
+
+    def on_estimate(self, round_seconds: float, rounds: int) -> None:
+        """Before round 1: about ``round_seconds`` a round for ``rounds`` rounds, from a
+        few timed training steps (:mod:`fedkit_core.engines.estimate`)."""
+
     def on_start(self, total_rounds: int, first_round: int) -> None: ...
 
     def on_phase(self, round: int, phase: str, done: int, total: int) -> None: ...

@@ -45,7 +45,7 @@ from fedkit_core.engines.snapshot import (
     write_snapshot,
 )
 from fedkit_core.errors import FedkitError
-from fedkit_core.fileio import write_text
+from fedkit_core.fileio import MAX_NAME_BYTES, folder_name, write_text
 
 log = logging.getLogger("fedkit")
 
@@ -224,6 +224,8 @@ class ClientCheckpoints:
     def of(cls, directory: Path, client_id: str) -> ClientCheckpoints:
         """The folder of ``client_id`` in a run's checkpoint ``directory``."""
         name = quote(client_id, safe="")  # no separators; a leading dot is escaped too
+        if len(name) > MAX_NAME_BYTES:  # a long or non-Latin id: readable, cut, with a digest
+            name = folder_name(client_id)
         return cls(Path(directory) / "clients" / re.sub(r"^\.", "%2E", name))
 
     def save(self, snapshot: dict[str, Any]) -> None:

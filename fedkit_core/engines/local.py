@@ -24,6 +24,7 @@ from fedkit_core.devices import place_model
 from fedkit_core.engines.checkpoint import ClientCheckpoints
 from fedkit_core.engines.client import ClientRuntime, SharedModel
 from fedkit_core.engines.driver import drive
+from fedkit_core.engines.estimate import round_seconds, step_seconds
 from fedkit_core.engines.model import build_model
 from fedkit_core.engines.pool import ModelPool
 from fedkit_core.engines.server import Server, round_half_up
@@ -108,6 +109,9 @@ class LocalEngine:
             )
             for cid in fed.clients
         }
+        if getattr(observer, "wants_estimate", False) and not resume:  # the cost, before round 1
+            step = step_seconds(server)
+            observer.on_estimate(round_seconds(server, fed.infos, step), cfg["rounds"])
         stores = None
         if run_dir is not None and cfg["checkpoint"]:
             stores = {cid: ClientCheckpoints.of(run_dir.checkpoint, cid) for cid in clients}

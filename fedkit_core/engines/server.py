@@ -656,6 +656,7 @@ class Server:
         scopes["summary"] = summary
         if predicted is not None:  # read by results.json's warnings (one class predicted)
             scopes["predicted_classes"] = predicted
+            scopes["one_class_sites"] = one_class_sites(per_view, served)
         return scopes
 
     def _metrics(self, arrays: Mapping[str, np.ndarray]) -> dict[str, float]:
@@ -767,6 +768,20 @@ def _mean_metrics(metrics: Iterable[dict[str, float]]) -> dict[str, float]:
         for key, value in m.items():
             collected.setdefault(key, []).append(value)
     return {key: float(np.mean(values)) for key, values in collected.items()}
+
+
+def one_class_sites(
+    per_view: Mapping[str, Mapping[str, Mapping[str, np.ndarray]]], served: Mapping[str, str]
+) -> dict[str, int]:
+    """``{client id: class}`` of the sites whose model (the view that served it) predicted
+    one class for every test image there: read by results.json's warnings. Only the class
+    is kept, not the classes each site's model predicted (less about a site's data)."""
+    out = {}
+    for cid, view in served.items():
+        found = predicted_classes(per_view.get(view, {}).get(cid, {}))
+        if found is not None and len(found) == 1:
+            out[cid] = found[0]
+    return out
 
 
 def _by_view(

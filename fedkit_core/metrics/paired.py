@@ -47,10 +47,16 @@ def paired_difference(
     confidence: float = 0.95,
     resamples: int = RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
+    bounds: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """``values - baseline`` seed by seed: ``mean``, ``per_seed``, ``ci_t`` and
     ``ci_bootstrap`` (``[low, high]``), ``wins``, ``ties``, ``losses``, ``significant``,
-    ``better`` (``"higher"``/``"lower"``), ``seeds`` (n); see the module docstring."""
+    ``better`` (``"higher"``/``"lower"``), ``seeds`` (n); see the module docstring.
+
+    ``bounds``: the range ``(low, high)`` of each value (``(0, 1)`` for a bACC), so that a
+    difference lies in ``[low - high, high - low]``: the t-interval, which few seeds make
+    wider than that, is clipped to it (``clipped`` says whether it was); clipping never
+    changes whether it excludes 0."""
     if np.ndim(values) != 1 or np.ndim(baseline) != 1 or len(values) != len(baseline):
         raise FedkitError(
             f"paired differences need one value per seed on both sides, got {len(values)} "
@@ -68,6 +74,11 @@ def paired_difference(
     boot = [float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))]
     sign = 1.0 if higher_is_better else -1.0
     ci_t = [mean - half, mean + half]
+    clipped = False
+    if bounds is not None and np.isfinite(half):
+        span = float(bounds[1] - bounds[0])
+        inside = [max(ci_t[0], -span), min(ci_t[1], span)]
+        clipped, ci_t = inside != ci_t, inside
     return {
         "mean": mean,
         "per_seed": d.tolist(),
@@ -81,6 +92,7 @@ def paired_difference(
         ),
         "better": "higher" if higher_is_better else "lower",
         "seeds": n,
+        **({"clipped": clipped} if bounds is not None else {}),
     }
 
 

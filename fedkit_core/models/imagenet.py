@@ -83,7 +83,8 @@ def build_lite(name: str, pretrained: bool, num_classes: int = 0) -> nn.Module:
     ImageNet weights when ``pretrained`` (no hub access); ``num_classes=0``: the pooled
     feature (1280-d), no classifier."""
     spec = LITE[lite_name(name) or name]
-    timm = require("timm", f"{name} (timm's {spec.arch})")
+    # with its weights, the extra that brings both (timm alone has not the weights)
+    timm = require("timm", f"{name} (timm's {spec.arch})", "pretrained" if pretrained else None)
     net = timm.create_model(spec.arch, pretrained=False, num_classes=num_classes)
     if pretrained:
         path = weights_file(name)

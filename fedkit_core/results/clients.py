@@ -26,6 +26,7 @@ import numpy as np
 
 from fedkit_core.errors import FedkitError
 from fedkit_core.metrics.paired import paired_difference
+from fedkit_core.results.labels import value_range
 
 #: the compare.json key of the per-client section
 CLIENTS = "clients"
@@ -40,17 +41,20 @@ def client_values(runs: Sequence[Mapping[str, Any]], metric: str) -> dict[str, l
     }
 
 
-def client_gain(values: Sequence[float], reference: Sequence[float]) -> dict[str, Any]:
-    """The paired gain of ``values`` over ``reference`` (one per seed, same order): the
-    full :func:`~fedkit_core.metrics.paired.paired_difference` from two seeds on; with one
-    seed only its ``mean``, ``per_seed`` and ``seeds`` (no interval can be had)."""
+def client_gain(
+    values: Sequence[float], reference: Sequence[float], metric: str = ""
+) -> dict[str, Any]:
+    """The paired gain of ``values`` over ``reference`` (one per seed, same order) in
+    ``metric`` (its interval clipped to the metric's range): the full
+    :func:`~fedkit_core.metrics.paired.paired_difference` from two seeds on; with one seed
+    only its ``mean``, ``per_seed`` and ``seeds`` (no interval can be had)."""
     if len(values) != len(reference) or not values:
         raise FedkitError(
             f"per-client gains need one value per seed on both sides, got {len(values)} and "
             f"{len(reference)}"
         )
     if len(values) >= 2:
-        return paired_difference(values, reference)
+        return paired_difference(values, reference, bounds=value_range(metric))
     d = float(values[0]) - float(reference[0])
     return {"mean": d, "per_seed": [d], "seeds": 1}
 
@@ -97,7 +101,7 @@ def clients_section(
     base = values[reference]
     gains = {
         spec: {
-            cid: client_gain(per_seed, base[cid])
+            cid: client_gain(per_seed, base[cid], metric)
             for cid, per_seed in clients.items()
             if cid in base and None not in per_seed and None not in base[cid]
         }

@@ -23,7 +23,7 @@ import numpy as np
 
 from fedkit_core.config import AGGREGATION_MODES, load_yaml
 from fedkit_core.errors import FedkitError
-from fedkit_core.fileio import write_text
+from fedkit_core.fileio import folder_name, write_text
 from fedkit_core.metrics.paired import paired_difference
 from fedkit_core.plugins import BUILTINS, installed
 from fedkit_core.privacy.report import write_privacy_utility
@@ -39,9 +39,9 @@ from fedkit_core.results.labels import (
     REFERENCES,
     client_view,
     metric_name,
+    value_range,
 )
 from fedkit_core.results.schema import Results
-from fedkit_core.results.store import folder_name
 from fedkit_core.results.tables import _cell, latex_table, markdown_table, rows_markdown
 
 #: the runspec of the pooled reference (centralised training, not a plugin)
@@ -170,6 +170,7 @@ def paired_table(
                 entry["per_seed"],
                 base[k]["per_seed"],
                 higher_is_better=k not in LOWER_IS_BETTER,
+                bounds=value_range(k),
             )
             for k, entry in table[spec].items()
             if k in base
@@ -251,6 +252,8 @@ class Comparison:
     written: bool = True
     #: what the runspecs do not share, when compared anyway (``allow_unpaired``)
     warnings: list[str] = field(default_factory=list)
+    #: how many of the runs were found finished in their folders and reused, not run
+    reused: int = 0
 
     def rows(self) -> list[dict[str, str]]:
         """One row per compared number, one column per runspec (mean ± std), for a console;

@@ -4,6 +4,7 @@ which runs are references rather than methods."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 METRICS = {  # results.json name: (long name for axes, short name for table headers)
@@ -35,6 +36,22 @@ def metric_name(name: str, short: bool = False) -> str:
     return f"{plugin} {text}" if plugin else text
 
 
+def value_range(path: str) -> tuple[float, float] | None:
+    """The range of a compared number (a metric path such as ``final.global.bacc``): (0, 1)
+    for the metrics of :data:`METRICS` (a plugin's ``fca.gs_bacc`` too) and the worst
+    client's, (0, 0.5) for the std of scores in [0, 1]; ``None`` where unbounded (times)."""
+    if path.endswith("fairness.std"):
+        return (0.0, 0.5)
+    key = path.rpartition(".")[2]
+    if (
+        path.endswith("fairness.worst")
+        or key in METRICS
+        or any(key.endswith(f"_{m}") for m in METRICS)
+    ):
+        return (0.0, 1.0)
+    return None
+
+
 def client_view(final: Mapping[str, Any]) -> str:
     """The evaluation view whose models produced ``final["clients"]``: ``global`` when every
     client was scored with the global model (not personalised), else the personal view's
@@ -62,6 +79,36 @@ def method_label(config: Mapping[str, Any]) -> str:
     if config.get("pooled"):
         return "pooled"
     return "+".join(config.get("plugins") or []) or "fedavg"
+
+
+def setting_parts(config: Mapping[str, Any], always: bool = False) -> list[str]:
+    """What sets a run apart beyond method and task, from its resolved ``config``: the model,
+    the aggregation mode and the DP level, and the site profiles (their file's stem). With
+    ``always`` the defaults are said too (``sync``, ``no DP``), as a figure's title does;
+    without, only what differs from them (a run folder's name)."""
+    parts = [str(config.get("model") or "cnn")]
+    mode = config.get("aggregation") or "sync"
+    if always or mode != "sync":
+        parts.append(f"aggregation {mode}" if always else mode)
+    sites = config.get("sites")
+    if sites:
+        parts.append(f"sites {Path(str(sites)).stem}" if always else Path(str(sites)).stem)
+    level = config.get("dp.level") or "none"
+    if level != "none":
+        parts.append(f"{level}-level DP" if always else f"dp-{level}")
+    elif always:
+        parts.append("no DP")
+    return parts
+
+
+def run_label(config: Mapping[str, Any], task: str, setting: bool = True) -> str:
+    """A run's name for readers: its config's ``name``, else its method on its ``task``, with
+    (``setting``) the model, aggregation mode, DP level and sites in parentheses."""
+    if config.get("name"):
+        return str(config["name"])
+    kind = reference_of(config)
+    what = method_label(config) + (f" ({kind} reference)" if kind else "")
+    return f"{what} on {task}" + (f" ({', '.join(setting_parts(config))})" if setting else "")
 
 
 def reference_of(config: Mapping[str, Any]) -> str | None:

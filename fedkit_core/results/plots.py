@@ -23,15 +23,19 @@ from fedkit_core.fileio import write_atomic
 from fedkit_core.results.labels import (
     chance_level,
     client_view,
-    method_label,
     metric_name,
-    reference_of,
+    run_label,
+    setting_parts,
+    value_range,
 )
 from fedkit_core.results.schema import has_test
 
 FORMATS = ("png", "pdf", "svg")
 #: what a figure is written as unless ``figure_formats`` asks for more
 DEFAULT_FORMATS = ("png",)
+#: fewer seeds than this draw each seed's values, not a band or an interval: the t-interval
+#: of two seeds is 12.7 standard errors wide and a ± std band of two says little
+MIN_SEEDS_INTERVAL = 3
 #: the figures :func:`plot_run` draws in a run's folder
 RUN_FIGURES = ("curves", "clients")
 _METADATA = {"pdf": {"CreationDate": None}, "svg": {"Date": None}, "png": {}}  # reproducible
@@ -95,12 +99,40 @@ def save_figure(fig: Any, path: Path, formats: Sequence[str] = DEFAULT_FORMATS) 
     return paths[0]
 
 
-def _rounds_axis(ax: Any) -> None:
-    from matplotlib.ticker import MaxNLocator
+def _rounds_axis(ax: Any, rounds: Sequence[int] = ()) -> None:
+    """Whole rounds on the x axis, and with ``rounds`` (those run) only ticks within them:
+    no round 0 nor a round past the last."""
+    from matplotlib.ticker import FixedLocator, MaxNLocator
 
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    locator = MaxNLocator(integer=True)
+    if rounds:
+        first, last = min(rounds), max(rounds)
+        ticks = [t for t in locator.tick_values(first, last) if first <= t <= last]
+        locator = FixedLocator(ticks or [first])
+    ax.xaxis.set_major_locator(locator)
     ax.set_xlabel("round")
     ax.grid(alpha=0.3)
+
+
+def _simulated_time_axis(ax: Any, results: Mapping[str, Any]) -> None:
+    """A run with a virtual clock (sites, an aggregation mode other than sync): a second x
+    axis, on top, in simulated hours, from the rounds' ``simulated_seconds``."""
+    timed = [
+        (r["round"], r["simulated_seconds"] / 3600)
+        for r in results["rounds"]
+        if r.get("simulated_seconds") is not None
+    ]
+    if len(timed) < 2:
+        return
+    rounds, hours = (np.array(v, dtype=float) for v in zip(*timed))
+    if np.any(np.diff(hours) <= 0):  # the mapping must be invertible
+        return
+    top = ax.secondary_xaxis(
+        "top",
+        functions=(lambda x: np.interp(x, rounds, hours), lambda h: np.interp(h, hours, rounds)),
+    )
+    top.set_xlabel("simulated time (h)", fontsize=8)
+    top.tick_params(labelsize=7)
 
 
 def _legend_below(fig: Any, axes: Sequence[Any]) -> None:
@@ -142,6 +174,10 @@ def _curve_points(results: Mapping[str, Any], split: str) -> dict[int, Mapping[s
     if split == "test":
         return {r["round"]: r for r in results["rounds"] if has_test(r)}
     return {r["round"]: r["val"] for r in results["rounds"] if "val" in r}
+
+
+def _round_numbers(results: Mapping[str, Any]) -> list[int]:
+    return [r["round"] for r in results["rounds"]]
 
 
 def plot_run(
@@ -201,13 +237,16 @@ def draw_curves(results: Mapping[str, Any]) -> Any:
                     mew=1.5,
                     label=f"final test, {label} {value:.3f}",
                 )
-    fig.suptitle(_title(results), y=1.08)
+    timed = any(r.get("simulated_seconds") is not None for r in results["rounds"])
+    fig.suptitle(curves_title(results), y=1.2 if timed else 1.12)  # above a time axis
     ax.set(
         ylabel=f"{split} {name}",
         title=f"{split} {metric_name(main, short=True)} per round\n"
         f"{_fairness_text(points[rounds[-1]], last) if rounds else ''}",
     )
-    _rounds_axis(ax)
+    run_rounds = _round_numbers(results)
+    _rounds_axis(ax, run_rounds)
+    _simulated_time_axis(ax, results)
     # a private run's clients keep their losses (the records hold none)
     reported = [
         r for r in results["rounds"] if any("loss" in c for c in r.get("train", {}).values())
@@ -216,7 +255,7 @@ def draw_curves(results: Mapping[str, Any]) -> Any:
     losses = [np.mean([c["loss"] for c in r["train"].values() if "loss" in c]) for r in reported]
     ax_loss.plot(loss_rounds, losses, "o-", ms=3, color="tab:gray")
     ax_loss.set(ylabel="mean local training loss", title="training loss per round")
-    _rounds_axis(ax_loss)
+    _rounds_axis(ax_loss, run_rounds)
     _legend_below(fig, [ax])
     return fig
 
@@ -270,13 +309,19 @@ def draw_clients(results: Mapping[str, Any]) -> Any:
 
 
 def _title(results: Mapping[str, Any]) -> str:
-    cfg = results["config"]
-    name = cfg.get("name")
-    if name:
-        return name
-    kind = reference_of(cfg)
-    what = method_label(cfg) + (f" ({kind} reference)" if kind else "")
-    return f"{what} on {results['task']['name']}"
+    """A run's name in figures and reports (:func:`run_label`)."""
+    return run_label(results["config"], results["task"]["name"])
+
+
+def curves_title(results: Mapping[str, Any]) -> str:
+    """The title of a run's ``curves``: its name, and below it the model, the aggregation
+    mode, the sites and the DP level (with the epsilon spent), defaults said too."""
+    parts = setting_parts(results["config"], always=True)
+    privacy = (results.get("final") or {}).get("privacy")
+    if privacy and privacy.get("epsilon") is not None:
+        parts[-1] += f", ε = {privacy['epsilon']:.3g} at δ = {privacy['delta']:g}"
+    name = run_label(results["config"], results["task"]["name"], setting=False)
+    return f"{name}\n{', '.join(parts)}"
 
 
 _PANELS = (  # (round record scope, key, panel title)
@@ -338,6 +383,15 @@ def _final_values(runs: Sequence[Mapping[str, Any]], scope: str, key: str | None
     )
 
 
+def _clip(
+    low: np.ndarray, high: np.ndarray, bounds: tuple[float, float] | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """A band ``[low, high]`` within the range ``bounds`` of its metric (as it is)."""
+    if bounds is None:
+        return low, high
+    return np.clip(low, *bounds), np.clip(high, *bounds)
+
+
 def plot_groups(
     groups: Mapping[str, Sequence[Mapping[str, Any]]],
     path: Path,
@@ -376,6 +430,8 @@ def draw_groups(
     shown = [
         k for k in range(len(_PANELS)) if any(np.isfinite(c[k][1]).any() for c in curves.values())
     ]
+    main = first["task"]["main_metric"]
+    bounds = [value_range(f"{scope}.{key or main}") for scope, key, _ in _PANELS]
     same = identical_groups(curves)
     twins = {label: [m for m in members if m != label] for members in same for label in members}
     fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.6), squeeze=False)
@@ -410,24 +466,30 @@ def draw_groups(
                 mean = np.nanmean(values, axis=0)
                 std = np.nanstd(values, axis=0)
             ax.plot(rounds, mean, color=color, label=shown_label, **style)
-            if len(runs) >= 2:  # a faint fill; a method's band hatched in its colour
+            if len(runs) < MIN_SEEDS_INTERVAL:  # each seed's own curve: two make no band
+                for seed_values in values if len(runs) > 1 else ():
+                    ax.plot(rounds, seed_values, color=color, lw=0.8, alpha=0.5, ls=style["ls"])
+            else:  # a faint fill, clipped to the metric's range; hatched in its colour
+                low, high = _clip(mean - std, mean + std, bounds[k])
                 ax.fill_between(
                     rounds,
-                    mean - std,
-                    mean + std,
+                    low,
+                    high,
                     facecolor=to_rgba(color, 0.08),
                     edgecolor=to_rgba(color, 0.5),  # the hatch's colour; lw 0: no outline
                     hatch=hatch,
                     lw=0,
                 )
             if split != "test":
-                _mark_final(ax, runs, scope, key, color, i, len(groups))
+                _mark_final(ax, runs, scope, key, color, i, len(groups), bounds[k])
         ax.set_title(title)
-        _rounds_axis(ax)
+        _rounds_axis(ax, [r for runs in groups.values() for x in runs for r in _round_numbers(x)])
     sizes = sorted({len(runs) for runs in groups.values()})
     lines = [f"{split} {short} per round"]
     if sizes != [1]:
         lines[0] += f", mean ± std over {'/'.join(map(str, sizes))} seeds"
+    if 1 < sizes[0] < MIN_SEEDS_INTERVAL:
+        lines[0] += f" (under {MIN_SEEDS_INTERVAL} seeds: each seed drawn, no band)"
     if split != "test":
         lines.append(
             "◇ final round on test, as in the compare table "
@@ -448,9 +510,12 @@ def _mark_final(
     color: str,
     index: int,
     count: int,
+    bounds: tuple[float, float] | None = None,
 ) -> None:
-    """A group's final test value of one scope at its last round: mean and, with two or
-    more runs, a ± std bar; groups side by side, a little apart, so none hides another."""
+    """A group's final test value of one scope at its last round: mean and, with
+    :data:`MIN_SEEDS_INTERVAL` or more runs, a ± std bar clipped to ``bounds`` (with two,
+    each seed's value as a dot); groups side by side, a little apart, so none hides
+    another."""
     values = _final_values(runs, scope, key)
     if not np.isfinite(values).any():
         return
@@ -458,10 +523,16 @@ def _mark_final(
         warnings.simplefilter("ignore", RuntimeWarning)
         mean, std = float(np.nanmean(values)), float(np.nanstd(values))
     x = max(x["final"]["round"] for x in runs) + 0.25 + 0.08 * (index - (count - 1) / 2)
+    error = None
+    if len(runs) >= MIN_SEEDS_INTERVAL:
+        low, high = _clip(np.array([mean - std]), np.array([mean + std]), bounds)
+        error = [[mean - low[0]], [high[0] - mean]]
+    elif len(runs) > 1:
+        ax.plot([x] * len(values), values, ls="none", marker=".", ms=4, color=color)
     ax.errorbar(
         [x],
         [mean],
-        yerr=[std] if len(runs) >= 2 else None,
+        yerr=error,
         marker="D",
         ms=5,
         mfc="none",
@@ -480,13 +551,16 @@ def plot_client_gains(
 ) -> Path:
     """Each client's paired gain over the reference runspec (the ``clients`` section of a
     comparison, :func:`fedkit_core.results.clients.clients_section`): one bar per runspec
-    and client, the mean gain over seeds with its 95% paired-t interval (from two seeds
-    on); references (named in ``labels``) hatched."""
+    and client, the mean gain over seeds with its 95% paired-t interval clipped to the
+    metric's range (from :data:`MIN_SEEDS_INTERVAL` seeds on; with two, each seed's
+    difference as a dot); references (named in ``labels``) hatched; the axis within the
+    differences the metric allows."""
     plt = _pyplot()
     labels = labels or {}
     gains = section["gains"]
     clients = list(dict.fromkeys(c for per in section["scores"].values() for c in per))
     specs = list(gains)
+    seeds = len(section["seeds"])
     order = list(section["scores"])  # every runspec: the colours of the compare figure
     width = 0.8 / max(len(specs), 1)
     fig, ax = plt.subplots(figsize=(max(5.0, 0.5 * len(clients) * len(specs) + 2.5), 3.8))
@@ -495,10 +569,14 @@ def plot_client_gains(
         found = [gains[spec].get(c) for c in clients]
         means = np.array([np.nan if g is None else g["mean"] for g in found])
         errors = None
-        if all(g is None or "ci_t" in g for g in found) and any(g is not None for g in found):
-            low = [0.0 if g is None else g["mean"] - g["ci_t"][0] for g in found]
+        if seeds >= MIN_SEEDS_INTERVAL and all(g is None or "ci_t" in g for g in found):
+            low = [0.0 if g is None else g["mean"] - g["ci_t"][0] for g in found]  # clipped
             high = [0.0 if g is None else g["ci_t"][1] - g["mean"] for g in found]
             errors = np.array([low, high])
+        elif seeds > 1:  # too few seeds for an interval: each seed's difference as a dot
+            for x, g in zip(xs, found):
+                if g is not None:
+                    ax.plot([x] * len(g["per_seed"]), g["per_seed"], "k.", ms=4)
         reference = spec in labels
         color = f"C{order.index(spec) % 10}"
         ax.bar(
@@ -517,8 +595,18 @@ def plot_client_gains(
     ax.set_xticks(range(len(clients)), clients, rotation=45 if len(clients) > 6 else 0)
     metric = metric_name(section["metric"], short=True)
     reference = section["reference"]
-    seeds = len(section["seeds"])
-    interval = "95% paired-t intervals" if seeds >= 2 else "one seed: no interval"
+    interval = (
+        "95% paired-t intervals (clipped to the metric's range)"
+        if seeds >= MIN_SEEDS_INTERVAL
+        else "one seed: no interval"
+        if seeds == 1
+        else f"each seed's difference as a dot (under {MIN_SEEDS_INTERVAL} seeds: no interval)"
+    )
+    bounds = value_range(section["metric"])
+    if bounds is not None:  # a difference of scores in [lo, hi] lies in [lo - hi, hi - lo]
+        span = bounds[1] - bounds[0]
+        low, high = ax.get_ylim()
+        ax.set_ylim(max(low, -span * 1.05), min(high, span * 1.05))
     ax.set(
         ylabel=f"gain in test {metric} over {reference}",
         title=f"each client's gain over {labels.get(reference, reference)}\n"

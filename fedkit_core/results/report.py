@@ -22,17 +22,28 @@ from fedkit_core.results.store import note_written, refuse_foreign, writable
 T = TypeVar("T")
 
 
-def summary_row(results: Results) -> dict[str, Any]:
-    """The headline numbers of one run: the main metric of the final global model (pooled
-    test) and its mean, std and worst value across clients, the round best on validation
-    and the global test value there."""
+def run_labels(dirs: Sequence[str | Path], runs: Sequence[Results]) -> list[str]:
+    """Each run's label in a report: its name (:func:`_title`: method, task, model,
+    aggregation mode, DP level) and seed, and its folder's name where that still leaves two
+    alike, so that no two rows or lines of a report read the same."""
+    labels = [f"{_title(r)} seed {r['config'].get('seed')}" for r in runs]
+    return [
+        f"{label} [{Path(d).name}]" if labels.count(label) > 1 else label
+        for d, label in zip(dirs, labels)
+    ]
+
+
+def summary_row(results: Results, label: str | None = None) -> dict[str, Any]:
+    """The headline numbers of one run (under ``label``, default its name): the main metric
+    of the final global model (pooled test) and its mean, std and worst value across
+    clients, the round best on validation and the global test value there."""
     main = results.main_metric
     final = results.final
     fair = final.get("fairness", {})
     best = final.get("best", {})
     status = "" if results["status"] == "complete" else f" ({results['status']})"
     return {
-        "run": _title(results) + status,
+        "run": (label or _title(results)) + status,
         "rounds": final.get("round"),
         main: final.get("global", {}).get(main),
         "clients": final.get("clients_mean", {}).get(main),
@@ -59,14 +70,14 @@ def report(
     runs = [Results.load(d) for d in dirs]
     plots: list[Path] = []
     notes: list[str] = []
-    rows = [readable(d, summary_row, r) for d, r in zip(dirs, runs)]
+    labels = readable("the runs", run_labels, dirs, runs)
+    rows = [readable(d, summary_row, r, label) for d, r, label in zip(dirs, runs, labels)]
     for directory, results in zip(dirs, runs):
         if not writable(Path(directory)):
             notes.append(f"{directory} is read-only: its figures are left as they are")
             continue
         plots += readable(directory, plot_run, results, Path(directory), formats)
     if len(runs) > 1:
-        labels = [f"{_title(r)} ({Path(d).name})" for d, r in zip(dirs, runs)]
         common = Path(os.path.commonpath([os.path.abspath(d) for d in dirs]))
         target = figure_target(overlay, "report") if overlay else common / "report.png"
         if writable(target.parent):

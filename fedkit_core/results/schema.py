@@ -25,9 +25,11 @@ validation main metric, or the best clients' mean where no pooled global view ex
 its test scopes), ``bytes`` (totals down and up, setup included), ``wall_seconds`` and, in a
 DP run, ``privacy`` (the mechanism, its parameters, ``epsilon`` spent at ``delta``, what
 evaluation reveals; see docs/privacy.md). ``warnings`` lists sentences about a result that
-looks valid but is not (a model predicting one class for every test image, or no
-foreground; :func:`run_warnings`); a test-scored round record of a classification task holds
-``predicted_classes``, the classes its global model predicted on that split.
+looks valid but is not (a global model predicting one class for every test image or at
+chance, sites whose model does so there, or no foreground; :func:`run_warnings`); a
+test-scored round record of a classification task holds ``predicted_classes``, the classes
+its global model predicted on that split, and ``one_class_sites`` ({client id: class} of the
+sites whose model predicted one class there).
 
 Runs with a virtual clock (``sites``, or an ``aggregation`` other than ``sync``; see
 docs/hospitals.md) also hold ``simulated_seconds`` in every round record (the simulated
@@ -196,22 +198,23 @@ ONE_CLASS_CAUSES = (
     "(the loss diverged) or too low, a strong class imbalance trained without a balanced "
     "loss (try --set loss=bsm), or labels that are not 0..K-1 per class."
 )
+#: in a differentially private run, the first cause to name
+DP_CAUSE = (
+    "In this differentially private run the noise added for privacy may drown the updates: "
+    "try a larger privacy budget (epsilon), more clients or data per round, or more rounds. "
+)
+#: how far above chance a balanced accuracy still counts as chance
+CHANCE_MARGIN = 0.01
 
 
 def run_warnings(last: Mapping[str, Any], task: Mapping[str, Any]) -> list[str]:
     """Sentences about a result that looks valid but is not (``results.json``'s
     ``warnings``): a classifier whose global model predicts one class for every test image
-    (its bACC is chance, whatever its AUC), a segmentation model that finds no foreground."""
+    or scores a bACC at chance (or below), sites whose model does either there (named), a
+    segmentation model that finds no foreground. In a DP run (the record holds ``privacy``)
+    the noise is named among the causes."""
     names = list(task.get("class_names") or [])
-    predicted = last.get("predicted_classes")
-    if predicted is not None and len(predicted) == 1 and len(names) != 1:
-        c = predicted[0]
-        name = names[c] if c < len(names) else str(c)
-        return [
-            f"the global model predicts a single class, {name!r} (class {c}), for every test "
-            f"image at every site: its accuracy is that class's share and its bACC is chance. "
-            + ONE_CLASS_CAUSES
-        ]
+    causes = (DP_CAUSE if "privacy" in last else "") + ONE_CLASS_CAUSES
     dice = last.get("global", {}).get("dice")
     if dice is not None and dice < 1e-3:
         return [
@@ -219,7 +222,52 @@ def run_warnings(last: Mapping[str, Any], task: Mapping[str, Any]) -> list[str]:
             "background everywhere. Usual causes: too few rounds, a learning rate too high or "
             "too low, or masks whose foreground is not 1..K-1."
         ]
-    return []
+    if len(names) < 2:
+        return []
+    chance = 1.0 / len(names)
+    warned = []
+    predicted = last.get("predicted_classes")
+    bacc = (last.get("global") or {}).get("bacc")
+    if predicted is not None and len(predicted) == 1:
+        c = predicted[0]
+        warned.append(
+            f"the global model predicts a single class, {_class(names, c)}, for every test "
+            f"image at every site: its accuracy is that class's share and its bACC is chance. "
+            + causes
+        )
+    elif bacc is not None and bacc <= chance + CHANCE_MARGIN:
+        warned.append(
+            f"the global model is at chance: test bACC {bacc:.4f}, chance {chance:.4f} "
+            f"({len(names)} classes). " + causes
+        )
+    sites = {} if warned and len(predicted or ()) == 1 else _sites_at_chance(last, names, chance)
+    if sites:  # (a global model of one class predicts it at every site: said above)
+        listing = "; ".join(f"{cid}: {why}" for cid, why in sites.items())
+        warned.append(
+            f"{len(sites)} of {len(last.get('clients') or sites)} sites' models mean nothing "
+            f"there ({listing}): their numbers are chance, whatever the mean says. " + causes
+        )
+    return warned
+
+
+def _class(names: Sequence[str], c: int) -> str:
+    return f"{names[c]!r} (class {c})" if c < len(names) else f"class {c}"
+
+
+def _sites_at_chance(
+    last: Mapping[str, Any], names: Sequence[str], chance: float
+) -> dict[str, str]:
+    """``{site: why}`` of the sites whose model predicted one class at that site or scored
+    its test bACC at chance."""
+    one_class = last.get("one_class_sites") or {}
+    out = {}
+    for cid, metrics in (last.get("clients") or {}).items():
+        bacc = metrics.get("bacc")
+        if cid in one_class:
+            out[cid] = f"predicts only {_class(names, one_class[cid])}"
+        elif bacc is not None and bacc <= chance + CHANCE_MARGIN:
+            out[cid] = f"bACC {bacc:.4f} at chance"
+    return out
 
 
 #: what the ``global`` view evaluates, per batch-norm policy (``normalisation.bn``)

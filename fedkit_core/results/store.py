@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import socket
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -24,8 +25,8 @@ import yaml
 
 from fedkit_core.config import safe_yaml
 from fedkit_core.errors import FedkitError
-from fedkit_core.fileio import process_alive, write_atomic, write_text
-from fedkit_core.results.labels import method_label
+from fedkit_core.fileio import folder_name, process_alive, write_atomic, write_text
+from fedkit_core.results.labels import method_label, setting_parts
 from fedkit_core.results.schema import MetricsCsv, PerRound
 
 
@@ -647,23 +648,29 @@ def writable(folder: Path) -> bool:
     return os.access(folder, os.W_OK | os.X_OK)
 
 
-def folder_name(text: str) -> str:
-    """``text`` as the name of one folder inside another: characters other than letters,
-    digits and ``_.+-`` become ``_`` (no path separators), and a name of dots alone (``.``,
-    ``..``: the folder itself or its parent) has its dots replaced too, so that a run name or
-    a runspec's label never leads out of the folder it is made in."""
-    name = re.sub(r"[^A-Za-z0-9_.+-]+", "_", text)
-    return name if name.strip(".") else name.replace(".", "_") or "_"
+def remove_unstarted(path: Path) -> bool:
+    """Remove the folder ``path`` that :func:`default_out` made for a run that then failed
+    before its first round (no ``results.json``; its config is discarded already), so that
+    failed attempts leave no empty folders in ``runs/``. Returns whether it was removed."""
+    path = Path(path)
+    if not path.is_dir() or RunDir(path).results.exists():
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return not path.exists()
 
 
 def default_out(config: Mapping[str, Any], create: bool = True) -> Path:
-    """A new run directory for ``config``: ``runs/<name or plugins-task>-<time>[-n]``.
+    """A new run directory for ``config``: ``runs/<name or plugins-task-model>-<time>[-n]``,
+    the model followed by the aggregation mode, the sites and the DP level where they are
+    not the defaults (``fedavg-npz-efficientnet_lite0-fedbuff-rural-dp-client-...``).
 
     With ``create`` the folder is made here, atomically, so that two runs started in the
     same second never share one; without (a folder on another machine), it is only named.
     """
-    label = config["name"] or method_label(config) + "-" + config["task.name"]
-    base = Path("runs") / folder_name(f"{label}-{datetime.now():%Y%m%d-%H%M%S}")
+    label = config["name"] or "-".join(
+        [method_label(config), config["task.name"], *setting_parts(config)]
+    )
+    base = Path("runs") / f"{folder_name(label)}-{datetime.now():%Y%m%d-%H%M%S}"
     path, n = base, 1
     while True:
         if create:

@@ -89,9 +89,25 @@ def all_tasks() -> dict[str, TaskSpec]:
     return {name: _load(name, source) for name, source in _sources().items()}
 
 
+#: MedMNIST's 2D data sets: flags of the ``medmnist`` task, not tasks of their own
+MEDMNIST_FLAGS = (
+    "pathmnist", "chestmnist", "dermamnist", "octmnist", "pneumoniamnist", "retinamnist",
+    "breastmnist", "bloodmnist", "tissuemnist", "organamnist", "organcmnist", "organsmnist",
+)  # fmt: skip
+
+
 def get_task(name: str) -> TaskSpec:
-    """The task ``name`` (only its own module is imported), or an error listing the tasks."""
+    """The task ``name`` (only its own module is imported), or an error listing the tasks
+    (a MedMNIST data set's name: how to run it as the ``medmnist`` or ``npz`` task)."""
     sources = _sources()
+    if name not in sources and name.lower() in MEDMNIST_FLAGS:
+        flag = name.lower()
+        raise FedkitError(
+            f"unknown task {name!r}: MedMNIST's data sets are flags of the medmnist task, "
+            f"`--task medmnist --set task.flag={flag}` (pip install 'fedkit[medmnist]'; "
+            f"add --set task.download=true the first time), or, with the file at hand, "
+            f"`--task npz --set task.path=PATH/{flag}.npz`"
+        )
     if name not in sources:
         raise unknown("task", name, sources)
     return _load(name, sources[name])

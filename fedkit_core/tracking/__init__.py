@@ -45,6 +45,14 @@ class Observers(Observer):
     def __init__(self, observers: Sequence[Observer | None]):
         self.observers = [o for o in observers if o is not None]
 
+    @property
+    def wants_estimate(self) -> bool:  # type: ignore[override]
+        return any(o.wants_estimate for o in self.observers)
+
+    def on_estimate(self, round_seconds: float, rounds: int) -> None:
+        for o in self.observers:
+            o.on_estimate(round_seconds, rounds)
+
     def on_start(self, total_rounds: int, first_round: int) -> None:
         for o in self.observers:
             o.on_start(total_rounds, first_round)
