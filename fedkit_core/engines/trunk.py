@@ -35,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -208,28 +208,26 @@ class TrunkCache:
         return digest.hexdigest()[:32]
 
 
-class _Lazy(dict):
-    """A dict whose entries for ``names`` are made by ``make(name)`` when first read."""
+class _Lazy(Mapping[str, Any]):
+    """A mapping of ``names`` whose values are made by ``make(name)`` when first read."""
 
     def __init__(self, names: Iterable[str], make: Callable[[str], Any]):
-        super().__init__()
         self.names = list(names)
         self.make = make
+        self.made: dict[str, Any] = {}
 
-    def __missing__(self, key: str) -> Any:
-        if key not in self.names:
-            raise KeyError(key)
-        value = self[key] = self.make(key)
-        return value
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.made:
+            if key not in self.names:
+                raise KeyError(key)
+            self.made[key] = self.make(key)
+        return self.made[key]
 
-    def __contains__(self, key: object) -> bool:
-        return key in self.names
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return self[key] if key in self.names else default
-
-    def keys(self) -> Any:  # the names, made or not
-        return list(self.names)
+    def __len__(self) -> int:
+        return len(self.names)
 
 
 class _AsFloat(Normalizer):
