@@ -291,6 +291,35 @@ CORE_OPTIONS: tuple[Option, ...] = (
         "backbone.net.bn1, backbone.net.blocks.0); they stay in eval mode (batch norms keep "
         "their running statistics)",
     ),
+    Option(
+        "freeze_cache",
+        str,
+        "auto",
+        "when freeze covers the stem and first stages of an EfficientNet backbone: compute "
+        "their output once per image and reuse it every round (memory: in memory; disk: "
+        "also in the user cache, reused by later runs; off: recompute every batch; auto: "
+        "memory unless an active plugin does not declare it takes the cached outputs), see "
+        "docs/pretrained.md",
+        choices=("auto", "memory", "disk", "off"),
+    ),
+    Option(
+        "freeze_cache_views",
+        int,
+        8,
+        "with training augmentation and freeze_cache: augmented views computed once per "
+        "training image; each sample of an augmented batch is one of them, drawn at random",
+        min=1,
+    ),
+    Option(
+        "freeze_cache_dtype",
+        str,
+        "float32",
+        "precision the frozen-trunk cache stores its outputs in: float32 (the uncached run's "
+        "results up to the convolutions' summation order) or float16 (half the memory; "
+        "each value rounded by at most 2^-11 relative, which batch norms after the trunk "
+        "can amplify, see docs/pretrained.md)",
+        choices=("float16", "float32"),
+    ),
     Option("checkpoint", bool, True, "write a checkpoint after every round (needed by resume)"),
     Option(
         "private",

@@ -59,6 +59,15 @@ def batch_count(n: int, size: int, *, drop_last: bool = False, augment: bool = F
     return full + 1
 
 
+def take_views(
+    views: torch.Tensor, index: torch.Tensor, rng: torch.Generator, device: torch.device
+) -> torch.Tensor:
+    """Samples ``index`` of a split's precomputed augmented ``views`` (V, N, ...), each
+    from a view drawn from ``rng``, on ``device`` (see :class:`ClientData`)."""
+    pick = torch.randint(len(views), (len(index),), generator=rng)
+    return views[pick.to(views.device), index.to(views.device)].to(device, non_blocking=True)
+
+
 def _caller(what: str) -> str:
     name = current_plugin()
     if name is None:
@@ -199,10 +208,14 @@ class ClientContext(_Party):
         images_at = order.to(data.images.device)
         targets_at = images_at.to(data.targets.device)
         count = batch_count(n, size, drop_last=drop_last, augment=augment)
+        views = self.data.views.get(split) if augment else None
         for start in range(0, count * size, size):
             index = order[start : start + size]
             stop = start + len(index)
-            x = self.data.normalizer(gather(data.images, images_at[start:stop], self.device))
+            if views is not None:
+                x = self.data.normalizer(take_views(views, index, self.rng, self.device))
+            else:
+                x = self.data.normalizer(gather(data.images, images_at[start:stop], self.device))
             y = gather(data.targets, targets_at[start:stop], self.device).long()
             if augment and self.data.augment is not None:
                 x, y = self.data.augment(x, y, self.rng)

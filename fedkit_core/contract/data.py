@@ -224,13 +224,20 @@ class TaskInfo:
 
 @dataclass
 class ClientData:
-    """One client's private splits, as produced by a partitioner."""
+    """One client's private splits, as produced by a partitioner.
+
+    ``views``: precomputed augmented copies of a split's images, (V, N, ...) (the
+    frozen-trunk cache's, :mod:`fedkit_core.engines.trunk`): an augmented batch of that
+    split takes each sample from one of them, drawn at random, instead of calling
+    ``augment``.
+    """
 
     id: str
     splits: dict[str, Split]
     num_classes: int
     normalizer: Normalizer
     augment: Augment | None = None
+    views: Mapping[str, torch.Tensor] = field(default_factory=dict)
 
     def __getitem__(self, split: str) -> Split:
         return self.splits[split]

@@ -31,6 +31,7 @@ from fedkit_core.contract.messages import (
 from fedkit_core.contract.protocol import CLASS_COUNTS, EVALUATION, PAYLOAD
 from fedkit_core.devices import input_layout, joined, place_model
 from fedkit_core.engines.model import build_model
+from fedkit_core.engines.trunk import OFF, TrunkCache, cache_mode
 from fedkit_core.errors import FedkitError
 from fedkit_core.metrics.segmentation import per_sample_dice
 from fedkit_core.metrics.statistics import classification_stats, segmentation_stats
@@ -91,6 +92,9 @@ class ClientRuntime:
             privatised_channels(declared_channels(plugins, self.ctx)) if is_private(config) else []
         )
         self.set_up = False  # whether the setup message succeeded
+        mode = cache_mode(config, plugins)
+        #: the frozen-trunk cache (``freeze_cache``), which ctx.data then holds
+        self.trunk = TrunkCache(data, config, device, mode) if mode != OFF else None
 
     @property
     def id(self) -> str:
@@ -128,6 +132,7 @@ class ClientRuntime:
             self.pool.drop(self)
         else:
             ctx.model = self.new_model()
+        self.frozen_inputs()
         self.set_up = True
         if ctx.config["task.shot_thresholds"]:
             return Message("setup", {CLASS_COUNTS: torch.tensor(ctx.info.class_counts)})
@@ -145,6 +150,14 @@ class ClientRuntime:
         ``pool`` builds it when first needed and may have gone idle since)."""
         if self.pool is not None:
             self.pool.take(self)
+            self.frozen_inputs()
+
+    def frozen_inputs(self) -> None:
+        """With the frozen-trunk cache, point ``ctx.data`` at this client's data as the
+        model takes them (:meth:`TrunkCache.data_for`); call after the model's state may
+        have changed."""
+        if self.trunk is not None and self.ctx.model is not None:
+            self.ctx.data = self.trunk.data_for(self.ctx.model)
 
     # ------------------------------------------------------------------ fit
 
@@ -170,6 +183,7 @@ class ClientRuntime:
         ctx.scratches.clear()
         ctx.received = Payload(payload.arrays, payload.scalars)
         model.load_shared(message.arrays)
+        self.frozen_inputs()
         self.hook.fedkit_round_start(client=ctx)
         optimizer = self._optimizer(lr)
         clip = ctx.config["grad_clip"]
@@ -351,6 +365,7 @@ class ClientRuntime:
         if self.shared is not None:
             return self.shared.evaluate(self, message)
         ctx.model.load_shared(message.arrays)
+        self.frozen_inputs()
         views, served = self.views()
         chunks: dict[str, dict[str, list[torch.Tensor]]] = {}
         ctx.model.eval()
@@ -444,6 +459,7 @@ class ClientRuntime:
         self.live()
         model = self.ctx.model
         model.load_private(state["private"])
+        self.frozen_inputs()
         for name, param in model.named_parameters():  # before the optimiser is rebuilt
             param.requires_grad_(state.get("trainable", {}).get(name, param.requires_grad))
         self.ctx.states = {k: dict(v) for k, v in state["plugins"].items()}
@@ -510,6 +526,8 @@ class SharedModel:
         first = members[0]
         views, served = first.views()  # the built-in's, the same for every member
         self.model.load_shared(message.arrays)
+        for member in members:
+            member.frozen_inputs()
         self.model.eval()
         chunks: dict[str, dict[str, dict[str, list[torch.Tensor]]]] = {m.id: {} for m in members}
         with torch.inference_mode():

@@ -66,6 +66,10 @@ class FedModel(nn.Module):
         if private:
             self.mark_private(f"extras.{name}")
 
+    def extra_takes_images(self) -> bool:
+        """Whether an extra takes the raw batch (``input="image"``) rather than features."""
+        return "image" in self._extra_inputs.values()
+
     def mark_private(self, prefix: str) -> None:
         """Keep every state entry whose name starts with ``prefix`` on the client."""
         if prefix not in self._private:
@@ -101,6 +105,10 @@ class FedModel(nn.Module):
     def frozen(self) -> tuple[str, ...]:
         """The frozen prefixes (:meth:`freeze`)."""
         return tuple(self._frozen)
+
+    def is_frozen(self, key: str) -> bool:
+        """Whether the module or state entry ``key`` lies under a frozen prefix."""
+        return _under(key, self._frozen)
 
     def train(self, mode: bool = True) -> FedModel:
         """Set the training mode; frozen modules stay in eval mode."""

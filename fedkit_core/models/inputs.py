@@ -17,6 +17,7 @@ from torch import nn
 
 from fedkit_core.contract.data import Normalizer
 from fedkit_core.errors import FedkitError
+from fedkit_core.models.trunk import after_trunk
 
 #: the smallest image side a pretrained backbone takes (EfficientNet and ResNet downsample
 #: 32 times: below it the last stage sees a map smaller than one pixel per stride)
@@ -90,15 +91,24 @@ class PretrainedInput(nn.Module):
 class PretrainedBackbone(nn.Module):
     """``net(input(x))``: a pretrained feature extractor behind its :class:`PretrainedInput`.
     State entries are the network's under ``net.`` (``backbone.net.conv_stem.weight`` in a
-    :class:`~fedkit_core.models.FedModel`)."""
+    :class:`~fedkit_core.models.FedModel`).
+
+    ``cut``: set by the frozen-trunk cache (:mod:`fedkit_core.models.trunk`) to the stages
+    its cached outputs cover; the forward pass then also takes such outputs (a batch whose
+    channels are not the images') and runs only the network after them. Images still run
+    the whole network. Not state: every party sets it for itself.
+    """
 
     def __init__(self, net: nn.Module, input: PretrainedInput, out_features: int):
         super().__init__()
         self.input = input
         self.net = net
         self.out_features = out_features
+        self.cut: int | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.cut is not None and x.shape[1] != self.input.in_channels:
+            return after_trunk(self.net, self.cut, x)
         return self.net(self.input(x))
 
 

@@ -47,7 +47,7 @@ from typing import Any
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.contract.context import ClientContext
+from fedkit_core.contract.context import ClientContext, take_views
 from fedkit_core.contract.data import Batch
 from fedkit_core.devices import gather, input_layout
 from fedkit_core.errors import FedkitError
@@ -431,7 +431,13 @@ class DPSGD:
             if len(index) == 0:
                 yield None
                 continue
-            x = ctx.data.normalizer(gather(data.images, index.to(data.images.device), ctx.device))
+            views = ctx.data.views.get("train")  # the frozen-trunk cache's, augmented
+            if views is not None:
+                x = ctx.data.normalizer(take_views(views, index, ctx.rng, ctx.device))
+            else:
+                x = ctx.data.normalizer(
+                    gather(data.images, index.to(data.images.device), ctx.device)
+                )
             y = gather(data.targets, index.to(data.targets.device), ctx.device).long()
             if ctx.data.augment is not None:
                 x, y = ctx.data.augment(x, y, ctx.rng)

@@ -16,6 +16,8 @@ from __future__ import annotations
 from fedkit_core.plugin import hookimpl
 
 fedkit_api = 2
+#: batch.x reaches only the model: the frozen-trunk cache may hand it the trunk's outputs
+fedkit_frozen_cache = True
 
 VIEW = "local"
 

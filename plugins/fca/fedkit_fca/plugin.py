@@ -24,6 +24,9 @@ from fedkit_core.plugin import CLASSIFICATION, FedkitError, Option, hookimpl
 from fedkit_fca import losses
 from fedkit_fca.snapshot import LocalSnapshot
 
+#: batch.x reaches only the model: the frozen-trunk cache may hand it the trunk's outputs
+fedkit_frozen_cache = True
+
 #: the model extra holding the personalised head; state entries ``extras.fca_personal.*``
 PERSONAL = "fca_personal"
 #: the evaluation view of the personalised head (specialisation)
