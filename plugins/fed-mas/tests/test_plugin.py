@@ -261,7 +261,9 @@ def test_each_aggregations_weights_are_recorded_beside_the_clients_data_shares()
         summary.update(part or {})
     weights = [summary[f"fed-mas.weight.c{i}"] for i in range(3)]
     shares = [summary[f"fed-mas.size_share.c{i}"] for i in range(3)]
-    assert weights == pytest.approx([0.2, 0.5, 0.3]) and shares == pytest.approx([1 / 6, 2 / 6, 3 / 6])
+    assert weights == pytest.approx([0.2, 0.5, 0.3]) and shares == pytest.approx(
+        [1 / 6, 2 / 6, 3 / 6]
+    )
     tv = 0.5 * sum(abs(w - s) for w, s in zip(weights, shares))
     assert summary["fed-mas.tv_from_size"] == pytest.approx(tv)
     assert summary["fed-mas.tv_from_size_mean"] == pytest.approx(tv)

@@ -49,7 +49,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from fedkit_fedhelp.bnstats import running_stats_kept
 from fedkit_priors import build_knowledge, fit_images, load_knowledge, load_public, save_knowledge
 from torch import nn
 
@@ -64,6 +63,7 @@ from fedkit_core.plugin import (
     weight_maps,
 )
 from fedkit_fedhelp import losses, roles
+from fedkit_fedhelp.bnstats import running_stats_kept
 from fedkit_fedhelp.roles import LARGE, is_large
 
 SURROGATE = "fedhelp_surrogate"

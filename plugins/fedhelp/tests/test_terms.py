@@ -124,7 +124,9 @@ def test_public_batches_leave_the_uploaded_backbones_batchnorm_statistics_alone(
         nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.AdaptiveAvgPool2d(1), nn.Flatten()
     ).train()
     public = torch.randint(150, 256, (16, 3, 8, 8), dtype=torch.uint8)  # far from N(0, 1)
-    before = {k: v.clone() for k, v in backbone.state_dict().items() if "running" in k or "num" in k}
+    before = {
+        k: v.clone() for k, v in backbone.state_dict().items() if "running" in k or "num" in k
+    }
     term = fh._small_terms(_bn_client(backbone, public))["fedhelp.public"]
     term.backward()
     after = backbone.state_dict()
