@@ -16,6 +16,7 @@ reproduced* otherwise, with the ablation that shows why.
     python benchmarks/results_page.py                     # the committed page (hours on 2 cores)
     python benchmarks/results_page.py --only fedcb,fed-lwr
     python benchmarks/results_page.py --quick             # a smoke run: 2 rounds, 2 seeds
+    python benchmarks/results_page.py --set KEY=VALUE     # one more config value everywhere
 
 Run from the project root (the configs read ``../shared/data``). Runs are kept under
 ``--out`` (default ``runs/results-page``) and reused when the page is regenerated with the
@@ -1261,6 +1262,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/results-page"))
     parser.add_argument("--page", type=Path, default=Path("docs/results.md"))
     parser.add_argument("--note", default="", help="a paragraph for the page")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        dest="sets",
+        metavar="KEY=VALUE",
+        help="a config value for every section's runs (e.g. the frozen-trunk cache's key "
+        "once it exists: the ISIC settings freeze their trunk with `freeze`); the page shows it",
+    )
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     if len(seeds) < 2:
@@ -1286,6 +1296,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     out = args.out / ("quick" if args.quick else "runs")
     for n, item in enumerate(wanted):
         quick = list(getattr(item, "quick", ("rounds=2",))) if args.quick else []
+        quick += args.sets
         if isinstance(item, Outside):
             lines, line = outside_section(
                 item, quick, seeds_of.get(item.slug, seeds), out, args.jobs

@@ -321,3 +321,9 @@ def test_fedcbs_mechanism_gives_the_per_round_paired_difference(tmp_path):
     assert "`fedcb`: mean pairwise cosine 0.900 (0.800 to 0.950)" in text
     assert "above 0 in 2 of 5 evaluated rounds, largest +0.1000 (round 1)" in text
     assert "mean over the last fifth -0.0100" in text
+
+
+def test_an_unknown_section_is_refused_before_anything_runs(capsys):
+    with pytest.raises(SystemExit):
+        page.main(["--only", "fca,nope"])
+    assert "unknown sections ['nope']" in capsys.readouterr().err
