@@ -32,7 +32,7 @@ import shutil
 import statistics
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -699,7 +699,7 @@ class Tested:
         return self.d["significant"] if self.p_holm is None else self.p_holm < ALPHA
 
 
-def test_numbers(
+def paired_numbers(
     method: Method,
     found: Comparison,
     runs: Mapping[str, Sequence[Results]],
@@ -792,7 +792,7 @@ def judge(
     """The section's verdict and one sentence per claim. Each claim gets
     :func:`claim_verdict`; the section is reproduced when every claim is, not reproduced
     when one is not, inconclusive otherwise."""
-    tested, missing = test_numbers(method, found, runs, method.method, method.baseline)
+    tested, missing = paired_numbers(method, found, runs, method.method, method.baseline)
     gaps = gap_table(method, found, runs)
     settled = converged(method, found)
     verdicts, sentences = [], []
@@ -836,7 +836,7 @@ def gap_table(
     :func:`headroom_key`), or None when ``pooled`` was not run."""
     if "pooled" not in found.table:
         return None
-    tested, _ = test_numbers(method, found, runs, "pooled", method.baseline, bound=True)
+    tested, _ = paired_numbers(method, found, runs, "pooled", method.baseline, bound=True)
     return {t.number.key: t.holds for t in tested}
 
 
@@ -1128,6 +1128,9 @@ def ablation_section(
         answer(method, found, runs, ablation.runspecs[0], ablation.runspecs[-1]),
         "",
     ]
+    if method.mechanism is not None:  # the mechanism of the ablation's last runspec
+        variant = replace(method, baseline=ablation.runspecs[0], method=ablation.runspecs[-1])
+        lines += method.mechanism(variant, runs, where)
     return lines, cost(runs, shared)
 
 
@@ -1140,7 +1143,7 @@ def answer(
 ) -> str:
     """The ablation's answer: per claimed number, ``last`` minus ``first`` and whether it
     is more than seed noise."""
-    tested, _ = test_numbers(method, found, runs, last, first)
+    tested, _ = paired_numbers(method, found, runs, last, first)
     parts = [
         f"{t.text}: {'a difference' if t.significant else 'no difference beyond seed noise'}."
         for t in tested
@@ -1158,7 +1161,7 @@ def headroom(
     noise, that number leaves such a method no measured gap."""
     if "pooled" not in found.table:
         return []
-    tested, _ = test_numbers(method, found, runs or {}, "pooled", method.baseline, bound=True)
+    tested, _ = paired_numbers(method, found, runs or {}, "pooled", method.baseline, bound=True)
     if not tested:
         return []
     open_ = [t for t in tested if t.holds]

@@ -189,7 +189,7 @@ def test_a_per_client_claim_is_corrected_for_its_number_of_clients():
     found = _found(
         {"fedavg": {"final.global.acc": [0.7] * 5}, "fca": {"final.global.acc": [0.7] * 5}}
     )
-    tested, _ = page.test_numbers(_method(page.Claim("client.acc")), found, runs, "fca", "fedavg")
+    tested, _ = page.paired_numbers(_method(page.Claim("client.acc")), found, runs, "fca", "fedavg")
     assert all(t.d["significant"] for t in tested)  # unadjusted: every client "gains"
     assert all(t.p_holm > 0.05 for t in tested)  # Holm over six clients: none does
     verdict, said = page.judge(_method(page.Claim("client.acc")), found, runs, seeds)
