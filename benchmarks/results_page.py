@@ -823,7 +823,8 @@ def judge(
             )
         else:
             detail = "; ".join(t.text for t in mine)
-        sentences.append(f"{claim.text}: {detail}: **{verdict}** ({reason}).")
+        head = f"{claim.text}: " if claim.per_client else ""  # a number's text names it
+        sentences.append(f"{head}{detail}: **{verdict}** ({reason}).")
     if all(v == REPRODUCED for v in verdicts):
         return REPRODUCED, sentences
     return (NOT_REPRODUCED if NOT_REPRODUCED in verdicts else INCONCLUSIVE), sentences
