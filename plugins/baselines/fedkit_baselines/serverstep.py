@@ -44,9 +44,17 @@ def trainable_names(model: FedModel) -> list[str]:
 
 def remember_parameters(model: FedModel, ctx) -> None:
     """On the server: keep the names of the global state's trainable parameters in the
-    plugin's state (``params``), for aggregators that treat parameters and buffers apart."""
+    plugin's state (``params``), for aggregators that treat parameters and buffers apart.
+    Plugins extend the model before the core applies ``freeze``, so the parameters under a
+    ``freeze`` prefix (which the clients do not train) are left out here, as the clients
+    leave them out (SCAFFOLD's control variates must cover the same parameters on both)."""
     if ctx.client_id is None:
-        ctx.state["params"] = trainable_names(model)
+        frozen = list(ctx.config["freeze"] or ())
+        ctx.state["params"] = [
+            n
+            for n in trainable_names(model)
+            if not any(n == p or n.startswith(p + ".") for p in frozen)
+        ]
 
 
 def fedavg_mean(updates: Sequence[Update]) -> dict[str, torch.Tensor]:

@@ -148,3 +148,10 @@ def test_a_private_run_refuses_scaffold_naming_its_variates_before_any_data():
     ):
         with pytest.raises(FedkitError, match="scaffold.dc/"):
             resolve_config([tiny(plugins=["scaffold"], **private)])
+
+
+def test_control_variates_leave_out_the_frozen_parameters():
+    """Plugins extend the model before the core freezes it: the server's variate must not
+    cover what `freeze` stops the clients training (it did, and every client refused it)."""
+    results = run(tiny(rounds=2, plugins=["scaffold"], freeze=["backbone.features.0"], **SGD))
+    assert results["status"] == "complete"

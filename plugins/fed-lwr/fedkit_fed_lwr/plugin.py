@@ -34,7 +34,16 @@ from fedkit_core.plugin import QUERY as CHANNEL_QUERY
 from fedkit_fed_lwr.cka import ESTIMATORS, MIN_BLOCK
 from fedkit_fed_lwr.layers import DEFAULT_TYPES, deepest_layer, find_layers
 from fedkit_fed_lwr.similarity import MEASURES, layer_similarity
-from fedkit_fed_lwr.weights import DEFAULT_CLIP, client_weights, layer_weights, reaggregate
+from fedkit_fed_lwr.weights import (
+    CLIPPED,
+    DEFAULT_CLIP,
+    EQ5,
+    NO_CLIP,
+    client_weights,
+    layer_weights,
+    reaggregate,
+    weights_record,
+)
 
 fedkit_api = 2
 #: why aggregation=fedbuff/fedasync cannot run Fed-LWR (see fedkit_core/engines/asynchronous.py)
@@ -112,7 +121,17 @@ def fedkit_options() -> list[Option]:
             "clip",
             "list[float]",
             list(DEFAULT_CLIP),
-            "[low, high]: the similarity is clipped to this range before 1 - similarity",
+            "[low, high]: the similarity is clipped to this range before 1 - similarity "
+            "(weighting=clipped)",
+        ),
+        Option(
+            "weighting",
+            str,
+            CLIPPED,
+            "clipped: 1 - similarity clipped to `clip` (the authors' code, default); eq5: the "
+            "paper's Eq. 5 as printed, no clip (similarity bounded to CKA's range [0, 1]; a "
+            "layer where every client measures 1 keeps the uniform average)",
+            choices=(CLIPPED, EQ5),
         ),
     ]
 
@@ -168,9 +187,10 @@ def fedkit_aggregate(
         _similarities(replies[u.client_id]) if u.client_id in replies else {} for u in updates
     ]
     ids = [u.client_id for u in updates]
+    clip = NO_CLIP if opts["weighting"] == EQ5 else opts["clip"]
     if opts["granularity"] == "model":
-        return _whole_model(server, ids, states, similarities, anchor, opts["clip"])
-    weights = layer_weights(similarities, opts["clip"])
+        return _whole_model(server, ids, states, similarities, anchor, clip)
+    weights = layer_weights(similarities, clip)
     _report(server, ids, similarities, weights)
     return reaggregate(states, weights, anchor)
 
@@ -198,6 +218,7 @@ def _whole_model(
         )
     if any(not s for s in similarities):
         _warn_once(server, ids, similarities)
+        _record(server, {})
         return anchor
     (layer,) = reported
     weights = client_weights([s[layer] for s in similarities], clip)
@@ -211,7 +232,8 @@ def _report(
     similarities: list[dict[str, float]],
     weights: Mapping[str, torch.Tensor],
 ) -> None:
-    """Warn (once) about layers left at the uniform average; log the weights per round."""
+    """Warn (once) about layers left at the uniform average; record and log the weights."""
+    _record(server, weights)
     if set().union(*similarities) - set(weights) or not weights:
         _warn_once(server, ids, similarities)
     if log.isEnabledFor(logging.DEBUG):
@@ -230,6 +252,37 @@ def _report(
         mean, low, high = table.mean(0), table.min(0).values, table.max(0).values
         parts = [f"{c}={m:.3f} [{lo:.3f}, {hi:.3f}]" for c, m, lo, hi in zip(ids, mean, low, high)]
         log.debug("round %d: layer weights mean [min, max]: %s", server.round, ", ".join(parts))
+
+
+#: server.state key of the weights' record (see :func:`fedkit_summary`)
+RECORD = "weights"
+
+
+def _record(server: ServerContext, weights: Mapping[str, torch.Tensor]) -> None:
+    """Keep this round's :func:`weights_record` and the running count of weighted layers and
+    of exactly uniform ones over all rounds so far (in the checkpointed server state)."""
+    now = weights_record(weights)
+    seen = server.state.get(RECORD, {"layer_rounds": 0.0, "uniform_layer_rounds": 0.0})
+    layers = max(now["layers"], 1.0)  # no weighted layer: one uniform "layer" this round
+    server.state[RECORD] = {
+        **now,
+        "layer_rounds": seen["layer_rounds"] + layers,
+        "uniform_layer_rounds": seen["uniform_layer_rounds"] + now["uniform_share"] * layers,
+    }
+
+
+@hookimpl
+def fedkit_summary(server: ServerContext, scopes: Mapping[str, Any]) -> dict[str, float]:
+    """The layer weights of the last aggregation (``fed-lwr.uniform_share``: the share of
+    layers whose weights are exactly uniform, ``fed-lwr.mean_dev`` / ``max_dev``: mean and
+    largest ``|rho - 1/K|``) and ``fed-lwr.uniform_share_all``: the share of exactly uniform
+    layer weightings over every round so far (how often the method was switched off)."""
+    rec = server.state.get(RECORD)
+    if not rec:
+        return {}
+    out = {f"fed-lwr.{k}": rec[k] for k in ("uniform_share", "mean_dev", "max_dev")}
+    out["fed-lwr.uniform_share_all"] = rec["uniform_layer_rounds"] / rec["layer_rounds"]
+    return out
 
 
 def _warn_once(server: ServerContext, ids: list[str], similarities: list[dict[str, float]]) -> None:

@@ -11,16 +11,46 @@ from fedkit_fed_lwr.layers import assign
 
 #: The authors' clipping of the similarity before it becomes a weight.
 DEFAULT_CLIP = (1e-4, 0.99)
+#: ``weighting`` choices: the authors' clip (default), or the paper's Eq. 5 as printed
+CLIPPED, EQ5 = "clipped", "eq5"
+#: Eq. 5 unclipped: only CKA's own range [0, 1] (the unbiased estimator strays past it)
+NO_CLIP = (0.0, 1.0)
+#: a weight this close to 1/K counts as exactly uniform (float64 arithmetic)
+UNIFORM_TOL = 1e-12
 
 
 def client_weights(
     similarities: Sequence[float], clip: Sequence[float] = DEFAULT_CLIP
 ) -> torch.Tensor:
     """``rho_k = (1 - clip(delta_k)) / sum_i (1 - clip(delta_i))`` (the paper's Eq. 5):
-    the client whose features differ most from the anchor's gets the largest weight."""
+    the client whose features differ most from the anchor's gets the largest weight. With
+    ``clip`` reaching 1 (:data:`NO_CLIP`) a layer where every client's similarity is 1 has no
+    dissimilarity to share out and keeps the uniform weights."""
     lo, hi = clip
     dissimilarity = 1.0 - torch.tensor(list(similarities), dtype=torch.float64).clamp(lo, hi)
-    return dissimilarity / dissimilarity.sum()
+    total = dissimilarity.sum()
+    if total <= 0:
+        return torch.full_like(dissimilarity, 1.0 / len(dissimilarity))
+    return dissimilarity / total
+
+
+def weights_record(weights: Mapping[str, torch.Tensor]) -> dict[str, float]:
+    """How far one aggregation's layer weights moved from the uniform average: the number of
+    weighted layers, the share of them whose weights are exactly uniform (every client 1/K:
+    the method switched off there, e.g. every CKA above the clip), and the mean and largest
+    ``|rho - 1/K|`` over layers and clients (no weighted layer: all uniform). Aggregates
+    only: no client's similarity or weight."""
+    if not weights:
+        return {"layers": 0.0, "uniform_share": 1.0, "mean_dev": 0.0, "max_dev": 0.0}
+    table = torch.stack(list(weights.values()))  # (layers, clients)
+    dev = (table - 1.0 / table.shape[1]).abs()
+    uniform = (dev.max(dim=1).values <= UNIFORM_TOL).double()
+    return {
+        "layers": float(len(weights)),
+        "uniform_share": float(uniform.mean()),
+        "mean_dev": float(dev.mean()),
+        "max_dev": float(dev.max()),
+    }
 
 
 def layer_weights(

@@ -132,10 +132,10 @@ def test_client_cka_drops_for_a_different_anchor(client):
     assert all(torch.equal(after[k], v) for k, v in state.items())
 
 
-def test_three_site_federation_reweights_layers(caplog):
+def test_three_site_federation_reweights_layers(caplog, tmp_path):
     config = tiny_seg(plugins=["fed-lwr"], rounds=2, **{"fed-lwr.clip": [1e-4, 0.999999]})
     with caplog.at_level(logging.DEBUG, "fedkit.fed-lwr"):
-        results = run(config)
+        results = run(config, out=tmp_path)
     assert results["status"] == "complete"
     assert set(results.final["clients"]) == {"site0", "site1", "site2"}
     assert {"std", "worst"} <= set(results.final["fairness"])
@@ -145,6 +145,9 @@ def test_three_site_federation_reweights_layers(caplog):
     assert len(measured) == 6 and all(int(n) > 10 for _, _, n in measured)
     weights = re.findall(r"(site\d)=([\d.]+) \[([\d.]+), ([\d.]+)\]", caplog.text)
     assert any(lo != hi for _, _, lo, hi in weights)  # the weights differ across layers
+    summary = results.final["summary"]  # the weights' record, in results.json and metrics.csv
+    assert 0 <= summary["fed-lwr.uniform_share_all"] < 1 and summary["fed-lwr.max_dev"] > 0
+    assert "fed-lwr.uniform_share" in (tmp_path / "metrics.csv").read_text()
 
 
 def test_ablations_run_end_to_end(caplog):
@@ -221,3 +224,10 @@ def test_cka_is_measured_on_training_data_by_default(split, monkeypatch):
         Message("query", runtime.ctx.model.shared_state(), {"query": "fed-lwr.cka", "round": 1})
     )
     assert reply.scalars and set(seen) == {split or "train"}
+
+
+@pytest.mark.slow
+def test_eq5_weighting_runs_end_to_end_and_records_its_weights():
+    results = run(tiny_seg(plugins=["fed-lwr"], rounds=1, **{"fed-lwr.weighting": "eq5"}))
+    assert results["status"] == "complete"
+    assert results.final["summary"]["fed-lwr.uniform_share_all"] < 1  # nothing clipped away

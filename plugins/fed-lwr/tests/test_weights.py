@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fedkit_fed_lwr.weights import client_weights, layer_weights, reaggregate
+from fedkit_fed_lwr.weights import (
+    NO_CLIP,
+    client_weights,
+    layer_weights,
+    reaggregate,
+    weights_record,
+)
 
 
 def test_weights_are_normalised_dissimilarities():
@@ -54,3 +60,22 @@ def test_reaggregation_per_layer_with_uniform_fallback():
     assert out["enc.bn.num_batches_tracked"].item() == 12  # buffers follow their layer
     assert out["enc.bn.num_batches_tracked"].dtype == torch.int64
     assert out["enc.act.weight"] is anchor["enc.act.weight"]  # uniform average
+
+
+def test_eq5_without_the_clip_weighs_what_the_clip_makes_uniform():
+    """CKA 0.995 and 0.999: the authors' 0.99 clip makes them equal (the method is off in
+    that layer); the paper's Eq. 5 gives the less similar client 5/6 of the weight."""
+    assert client_weights([0.995, 0.999]).tolist() == pytest.approx([0.5, 0.5])
+    assert client_weights([0.995, 0.999], clip=NO_CLIP).tolist() == pytest.approx([5 / 6, 1 / 6])
+    # every client identical to the anchor: nothing to share out, the uniform average
+    assert client_weights([1.0, 1.0000001], clip=NO_CLIP).tolist() == [0.5, 0.5]
+
+
+def test_the_weights_record_counts_exactly_uniform_layers():
+    weights = layer_weights([{"a": 0.999, "b": 0.5}, {"a": 0.995, "b": 0.9}])
+    rec = weights_record(weights)
+    assert rec["layers"] == 2 and rec["uniform_share"] == 0.5  # "a" is clipped to uniform
+    assert rec["max_dev"] == pytest.approx(0.5 / 0.6 - 0.5)
+    unclipped = weights_record(layer_weights([{"a": 0.999}, {"a": 0.995}], NO_CLIP))
+    assert unclipped["uniform_share"] == 0.0
+    assert weights_record({})["uniform_share"] == 1.0  # nothing weighted: the uniform average

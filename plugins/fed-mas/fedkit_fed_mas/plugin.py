@@ -251,7 +251,47 @@ def fedkit_aggregate(server, updates, ask):
         factors.append(float(update.scalars[RF]))
     if sum(factors) <= 0:  # every client matches the prior exactly (raw RF): no preference
         factors = [1.0] * len(factors)
+    _record(server, updates, factors)
     return weighted_average([u.arrays for u in updates], factors)
+
+
+#: server.state key of the last aggregation's weights (see :func:`fedkit_summary`)
+WEIGHTS = "weights"
+
+
+def _record(server, updates, factors: list[float]) -> None:
+    """Keep the last aggregation's weights beside the FedAvg weights (each client's share of
+    the round's training samples) the same updates would have had, and the running mean of
+    their total-variation distance over the rounds so far (in the checkpointed state)."""
+    total, sizes = sum(factors), [float(u.scalars["num_examples"]) for u in updates]
+    weights = {u.client_id: f / total for u, f in zip(updates, factors)}
+    shares = {u.client_id: n / sum(sizes) for u, n in zip(updates, sizes)}
+    tv = 0.5 * sum(abs(weights[c] - shares[c]) for c in weights)
+    seen = server.state.get(WEIGHTS, {"rounds": 0, "tv_sum": 0.0})
+    server.state[WEIGHTS] = {
+        "weights": weights,
+        "shares": shares,
+        "tv": tv,
+        "rounds": seen["rounds"] + 1,
+        "tv_sum": seen["tv_sum"] + tv,
+    }
+
+
+@hookimpl
+def fedkit_summary(server, scopes):
+    """The mechanism, per evaluation: each client's weight in the last MAS aggregation
+    (``fed-mas.weight.<client>``) beside its FedAvg weight, its share of the round's
+    training samples (``fed-mas.size_share.<client>``), and the total-variation distance
+    between the two (``fed-mas.tv_from_size``: 0 when MAS weighs as FedAvg would; its
+    mean over all rounds so far ``fed-mas.tv_from_size_mean``)."""
+    rec = server.state.get(WEIGHTS)
+    if not rec:
+        return {}
+    out = {f"fed-mas.weight.{c}": w for c, w in rec["weights"].items()}
+    out.update({f"fed-mas.size_share.{c}": s for c, s in rec["shares"].items()})
+    out["fed-mas.tv_from_size"] = rec["tv"]
+    out["fed-mas.tv_from_size_mean"] = rec["tv_sum"] / rec["rounds"]
+    return out
 
 
 def _prior_features(client, batch) -> torch.Tensor:

@@ -253,6 +253,22 @@ def test_mas_aggregation_weights_every_entry_by_normalised_rf():
     assert int(state["bn.num_batches_tracked"]) == round(0.5 * 10 + 0.3 * 20)
 
 
+def test_each_aggregations_weights_are_recorded_beside_the_clients_data_shares():
+    server, plugins = _server()
+    plugins.hook.fedkit_aggregate(server=server, updates=_updates(), ask=None)
+    summary = {}
+    for part in plugins.hook.fedkit_summary(server=server, scopes={}):
+        summary.update(part or {})
+    weights = [summary[f"fed-mas.weight.c{i}"] for i in range(3)]
+    shares = [summary[f"fed-mas.size_share.c{i}"] for i in range(3)]
+    assert weights == pytest.approx([0.2, 0.5, 0.3]) and shares == pytest.approx(
+        [1 / 6, 2 / 6, 3 / 6]
+    )
+    tv = 0.5 * sum(abs(w - s) for w, s in zip(weights, shares))
+    assert summary["fed-mas.tv_from_size"] == pytest.approx(tv)
+    assert summary["fed-mas.tv_from_size_mean"] == pytest.approx(tv)
+
+
 def test_raw_rf_of_zero_everywhere_weighs_clients_uniformly():
     server, plugins = _server(rf="raw")
     updates = _updates()

@@ -30,6 +30,15 @@ def class_statistics(
     return mu, e.var(dim=1, unbiased=True).float()
 
 
+def class_geometry(mu: torch.Tensor) -> dict[str, float]:
+    """Mean, smallest and largest cosine between the frozen classifier's class vectors
+    (``mu``, K x D, K >= 2), over the K (K - 1) ordered pairs: near 1, nearly parallel class
+    vectors that a unit feature can hardly tell apart; near 0, nearly orthogonal ones."""
+    unit = F.normalize(mu.double(), dim=-1)
+    off = (unit @ unit.T)[~torch.eye(len(mu), dtype=torch.bool)]
+    return {"mean_cos": float(off.mean()), "min_cos": float(off.min()), "max_cos": float(off.max())}
+
+
 def random_means(num_classes: int, dim: int, generator: torch.Generator) -> torch.Tensor:
     """``num_classes`` random unit vectors: the frozen random classifier of the paper's pilot."""
     return F.normalize(torch.randn(num_classes, dim, generator=generator), dim=1)

@@ -18,7 +18,7 @@ import re
 import torch
 
 from fedkit_core.plugin import CLASSIFICATION, FedkitError, Option, derive_seed, hookimpl
-from fedkit_fedcb.classifier import FedCBHead, class_statistics, random_means
+from fedkit_fedcb.classifier import FedCBHead, class_geometry, class_statistics, random_means
 from fedkit_fedcb.encoders import parse_source, text_embeddings
 
 fedkit_api = 2
@@ -131,6 +131,17 @@ def fedkit_server_priors(server):
     embeddings = text_embeddings(opts["encoder"], opts["encoder_weights"], texts, names)
     mu, sigma = class_statistics(embeddings, variance=opts["classifier"] == "distribution")
     return {MU: mu, SIGMA: sigma}
+
+
+@hookimpl
+def fedkit_summary(server, scopes):
+    """The frozen classifier's geometry (``fedcb.mean_cos``, ``min_cos``, ``max_cos``: the
+    cosines between its class vectors, see :func:`class_geometry`), in every evaluation, so
+    a run says how separable the classes it was given were (text vs random vectors)."""
+    mu = server.priors.get(MU)
+    if mu is None or len(mu) < 2:
+        return {}
+    return {f"fedcb.{k}": v for k, v in class_geometry(mu).items()}
 
 
 def class_names(server) -> list[str]:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from fedkit_fedcb.classifier import FedCBHead, class_statistics, random_means
+from fedkit_fedcb.classifier import FedCBHead, class_geometry, class_statistics, random_means
 
 
 def test_statistics_match_a_hand_computation():
@@ -97,3 +97,10 @@ def test_the_statistics_are_frozen_and_outside_the_state_dict():
     loss.backward()
     assert head.mu.grad is None and not head.mu.requires_grad and not head.sigma.requires_grad
     assert head.proj.weight.grad is not None
+
+
+def test_class_geometry_is_the_cosine_between_class_vectors():
+    mu = torch.tensor([[1.0, 0.0], [2.0, 0.0], [0.0, 3.0]])  # two parallel, one orthogonal
+    geometry = class_geometry(mu)
+    assert geometry["max_cos"] == pytest.approx(1.0) and geometry["min_cos"] == pytest.approx(0.0)
+    assert geometry["mean_cos"] == pytest.approx(1 / 3)

@@ -119,11 +119,17 @@ def test_random_and_mean_only_classifiers(tmp_path):
         results = run(config, plugins={"fedcb": plugin, "probe": probes[kind]})
         variance = results["rounds"][-1]["train"]["site0"].get("loss.fedcb.variance")
         assert (variance is not None) == (kind == "distribution")
+        geometry = {k: results.final["summary"][f"fedcb.{k}"] for k in ("mean_cos", "max_cos")}
+        probes[kind].geometry = geometry  # the run records its classifier's class cosines
     full, mean, rand = (probes[k].server_priors for k in ("distribution", "mean-only", "random"))
     torch.testing.assert_close(mean[plugin.MU], full[plugin.MU])
     assert not mean[plugin.SIGMA].any() and full[plugin.SIGMA].all()
     assert rand[plugin.MU].shape == (4, 6) and not rand[plugin.SIGMA].any()
     torch.testing.assert_close(rand[plugin.MU].norm(dim=1), torch.ones(4))
+    unit = F.normalize(full[plugin.MU].double(), dim=1)
+    cosines = (unit @ unit.T)[~torch.eye(4, dtype=torch.bool)]
+    assert probes["distribution"].geometry["mean_cos"] == pytest.approx(float(cosines.mean()))
+    assert probes["random"].geometry["max_cos"] < 1
 
 
 def test_bad_settings_are_refused_before_training(tmp_path):

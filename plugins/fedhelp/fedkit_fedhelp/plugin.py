@@ -63,6 +63,7 @@ from fedkit_core.plugin import (
     weight_maps,
 )
 from fedkit_fedhelp import losses, roles
+from fedkit_fedhelp.bnstats import running_stats_kept
 from fedkit_fedhelp.roles import LARGE, is_large
 
 SURROGATE = "fedhelp_surrogate"
@@ -339,12 +340,14 @@ def fedkit_loss_terms(client, batch, outputs):
 
 def _small_terms(client) -> dict[str, torch.Tensor]:
     """``lambda_l * R`` (eqs. 1, 3) on one public batch drawn with the client's round
-    generator."""
+    generator; the batch leaves the backbone's BatchNorm running statistics as they were
+    (:mod:`fedkit_fedhelp.bnstats`)."""
     opts, model, priors = client.options(), client.model, client.priors
     public = priors["fedhelp.public"]
     index = torch.randint(len(public), (client.config["batch_size"],), generator=client.rng)
     x = client.data.normalizer(public[index].to(client.device))
-    logits = model.extras[SURROGATE](model.backbone(x))
+    with running_stats_kept(model.backbone):
+        logits = model.extras[SURROGATE](model.backbone(x))
     probs = priors["fedhelp.probs"][index].to(client.device).float()
     labels = priors["fedhelp.labels"][index].to(client.device).long()
     weight = _weights(client, labels) if client.task.kind == SEGMENTATION else None

@@ -13,6 +13,15 @@ from torch import nn
 from fedkit_core.contract.data import CLASSIFICATION
 
 
+class _Lambda(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
 def test_small_client_term_is_lambda_l_times_r_with_lambda_r_on_the_kl():
     """One public sample, a surrogate giving softmax (1/4, 3/4), label 1, two APIs mixed
     with scores (0, ln 3): a = (1/4, 3/4)."""
@@ -24,7 +33,7 @@ def test_small_client_term_is_lambda_l_times_r_with_lambda_r_on_the_kl():
     with torch.no_grad():
         scores.logits.copy_(torch.tensor([[0.0, math.log(3.0)]]))
     model = SimpleNamespace(
-        backbone=lambda x: x.flatten(1)[:, :1],
+        backbone=_Lambda(lambda x: x.flatten(1)[:, :1]),
         extras={fh.SURROGATE: surrogate, fh.SCORES: scores},
     )
     api_probs = torch.tensor([[[0.5, 0.5], [0.9, 0.1]]])  # (P, M, K)
@@ -83,3 +92,46 @@ def test_large_client_terms_each_reach_only_the_model_they_teach():
     p = F.softmax(large, 1)
     expected = 0.5 * (p * (p.log() - F.log_softmax(proxy, 1))).sum(1).mean()
     assert torch.allclose(terms["fedhelp.kd_f"], expected)  # lambda_F * KL(large || proxy)
+
+
+def _bn_client(backbone: nn.Module, public: torch.Tensor):
+    samples = len(public)
+    return SimpleNamespace(
+        options=lambda: {"lambda_r": 0.1, "lambda_l": 0.2},
+        model=SimpleNamespace(
+            backbone=backbone,
+            extras={fh.SURROGATE: nn.Linear(4, 3), fh.SCORES: fh.Scores(samples, 2)},
+        ),
+        priors={
+            "fedhelp.public": public,
+            "fedhelp.probs": torch.full((samples, 2, 3), 1 / 3),
+            "fedhelp.labels": torch.zeros(samples, dtype=torch.long),
+        },
+        config={"batch_size": 8},
+        rng=torch.Generator().manual_seed(0),
+        data=SimpleNamespace(normalizer=lambda x: x.float() / 255),
+        device=torch.device("cpu"),
+        task=SimpleNamespace(kind=CLASSIFICATION),
+    )
+
+
+def test_public_batches_leave_the_uploaded_backbones_batchnorm_statistics_alone():
+    """The public images (another data set) go through the shared backbone in train mode
+    for R; the BatchNorm running buffers the client uploads must still be those of its
+    private batches only (a plain train-mode pass of the same batch does move them)."""
+    torch.manual_seed(0)
+    backbone = nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.AdaptiveAvgPool2d(1), nn.Flatten()
+    ).train()
+    public = torch.randint(150, 256, (16, 3, 8, 8), dtype=torch.uint8)  # far from N(0, 1)
+    before = {
+        k: v.clone() for k, v in backbone.state_dict().items() if "running" in k or "num" in k
+    }
+    term = fh._small_terms(_bn_client(backbone, public))["fedhelp.public"]
+    term.backward()
+    after = backbone.state_dict()
+    for key, value in before.items():
+        assert torch.equal(after[key], value), key
+    assert backbone[0].weight.grad is not None  # R still trains the shared backbone
+    backbone(public[:8].float() / 255)  # the same batch without the guard moves them
+    assert not torch.equal(backbone[1].running_mean, before["1.running_mean"])
