@@ -15,15 +15,16 @@ from fedkit_core.privacy.sample_level import prepare_model
 
 def build_model(plugins: PluginSet, ctx: ServerContext | ClientContext) -> FedModel:
     """The model for one party: the exclusive builder, then every plugin's extension, then
-    the ``freeze`` config key (:meth:`FedModel.freeze`) and the ``bn`` policy (``local``:
-    every batch-norm layer private)."""
+    the ``freeze`` config key (:meth:`FedModel.freeze`), the DP-SGD check of the layers left
+    trainable, and the ``bn`` policy (``local``: every batch-norm layer private)."""
     model = plugins.hook.fedkit_build_model(ctx=ctx)
     if not isinstance(model, FedModel):
         raise FedkitError(f"fedkit_build_model returned {type(model).__name__}, not a FedModel")
     plugins.hook.fedkit_extend_model(model=model, ctx=ctx)
-    model = prepare_model(model, ctx.config)  # dp.level=sample: no batch norm
     if ctx.config["freeze"]:
         model.freeze(ctx.config["freeze"])
+    # dp.level=sample: no trainable batch norm (frozen ones, in eval mode, mix no samples)
+    model = prepare_model(model, ctx.config)
     if ctx.config["bn"] == "local" and not model.keep_batch_norm_local():
         raise FedkitError(
             "bn=local keeps the batch-norm layers on the clients, but this model has none "
