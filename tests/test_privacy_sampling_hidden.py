@@ -15,6 +15,7 @@ import torch
 import yaml
 
 from fedkit_core import run
+from fedkit_core.errors import FedkitError
 from fedkit_core.privacy.layer import ServerPrivacy
 from fedkit_core.tasks import synthetic
 from fedkit_core.testing import tiny
@@ -158,3 +159,11 @@ def test_dp_sgd_batches_leave_no_trace_in_the_clients_stored_stream(tmp_path, mo
     a, b = _client_streams(tmp_path / "a"), _client_streams(tmp_path / "b")
     assert a and a.keys() == b.keys()
     assert all(torch.equal(a[c], b[c]) for c in a)
+
+
+def test_simulated_time_is_refused_under_secret_client_sampling(tmp_path):
+    """A round's simulated time and outages say which sites trained."""
+    sites = str(Path(__file__).parents[1] / "examples" / "sites" / "rural.yaml")
+    dp = {"level": "client", "noise_multiplier": 1.0}
+    with pytest.raises(FedkitError, match="sites .simulated time. cannot run"):
+        run(tiny(rounds=1, sample_fraction=0.5, sites=sites, dp=dp), out=tmp_path / "run")

@@ -153,6 +153,13 @@ class Server:
         self.normalisation: dict[str, Any] = {}
         #: simulated time (``sites``, aggregation modes); none when deployed, where time is real
         self.clock = None if deployed else clock_for(config, task.client_ids)
+        if self.hidden and self.clock is not None:
+            raise FedkitError(
+                "sites (simulated time) cannot run with dp.level=client at sample_fraction < 1: "
+                "each round's simulated time and outages say which sites trained, and the "
+                "epsilon is amplified on that sampling being secret; use sample_fraction=1 "
+                "or leave sites unset"
+            )
         #: FedBuff / FedAsync rounds (``aggregation``), see engines/asynchronous.py
         self.asynchronous: AsynchronousRounds | None = None
         if config["aggregation"] in ASYNCHRONOUS:
