@@ -13,10 +13,11 @@ import torch.nn.functional as F
 
 from fedkit_core import run
 from fedkit_core.builtins.losses import fedkit_task_loss, task_loss_per_sample
+from fedkit_core.engines.checkpoint import ServerCheckpoints
 from fedkit_core.errors import FedkitError
 from fedkit_core.plugin import hookimpl
 from fedkit_core.privacy.sample_level import PerSampleClipping
-from fedkit_core.testing import tiny
+from fedkit_core.testing import tiny, tiny_pretrained
 
 BATCH = 8
 
@@ -230,3 +231,28 @@ def test_output_terms_and_plain_dp_sgd_pass_the_bypass_check(monkeypatch):
         checked.clear()
         plain = run(tiny(rounds=1, dp={"level": "sample", "grad_sample": "hooks"}))
     assert plain.final["privacy"]["epsilon"] > 0 and checked
+
+
+#: EfficientNet-Lite0's trunk: every batch norm (timm's fused BatchNormAct2d) is in it
+TRUNK = [
+    "backbone.net.conv_stem",
+    "backbone.net.bn1",
+    "backbone.net.blocks",
+    "backbone.net.conv_head",
+    "backbone.net.bn2",
+]
+
+
+@pytest.mark.slow
+def test_a_frozen_pretrained_trunk_with_batch_norm_trains_under_dp_sgd(tmp_path):
+    """``freeze`` applies before the DP-SGD model check: a frozen batch norm (eval mode,
+    running statistics kept) mixes no samples, so only the trainable layers are checked;
+    the same model unfrozen is still refused, naming its batch norm."""
+    dp = {"level": "sample", "noise_multiplier": 1.0}
+    config = tiny_pretrained(tmp_path, dp=dp, freeze=TRUNK, checkpoint=True, lr=1e-3)
+    results = run(config, out=tmp_path / "frozen")
+    assert results.final["privacy"]["epsilon"] > 0
+    state = ServerCheckpoints(tmp_path / "frozen" / "checkpoint").load()["global_state"]
+    assert "backbone.net.bn1.running_mean" in state  # kept, not replaced by group norm
+    with pytest.raises(FedkitError, match="BatchNormAct2d"):
+        run({**config, "freeze": []}, out=tmp_path / "unfrozen")

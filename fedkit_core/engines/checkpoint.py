@@ -46,6 +46,7 @@ from fedkit_core.engines.snapshot import (
 )
 from fedkit_core.errors import FedkitError
 from fedkit_core.fileio import MAX_NAME_BYTES, folder_name, write_text
+from fedkit_core.privacy.layer import hides_sampling
 
 log = logging.getLogger("fedkit")
 
@@ -310,8 +311,8 @@ def checkpoint_client(
     if not runtime.dirty:
         return None
     snapshot = client_snapshot(runtime)
-    if store is not None:
-        store.save(snapshot)
+    if store is not None and not hides_sampling(runtime.ctx.config):
+        store.save(snapshot)  # under secret DP sampling a stored snapshot says "I trained"
     return snapshot
 
 

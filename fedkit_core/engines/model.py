@@ -15,8 +15,8 @@ from fedkit_core.privacy.sample_level import prepare_model
 
 def build_model(plugins: PluginSet, ctx: ServerContext | ClientContext) -> FedModel:
     """The model for one party: the exclusive builder, then every plugin's extension, then
-    the ``freeze`` config key (:meth:`FedModel.freeze`), DP-SGD's changes to the trainable
-    part and the ``bn`` policy (``local``: every batch-norm layer private)."""
+    the ``freeze`` config key (:meth:`FedModel.freeze`), the DP-SGD check of the layers left
+    trainable, and the ``bn`` policy (``local``: every batch-norm layer private)."""
     model = plugins.hook.fedkit_build_model(ctx=ctx)
     if not isinstance(model, FedModel):
         raise FedkitError(f"fedkit_build_model returned {type(model).__name__}, not a FedModel")

@@ -43,7 +43,14 @@ from fedkit_core.metrics.fairness import fairness
 from fedkit_core.metrics.statistics import add_stats, predicted_classes
 from fedkit_core.plugins import BUILTINS, PluginSet
 from fedkit_core.privacy.checks import declared_channels
-from fedkit_core.privacy.layer import ServerPrivacy, private_scalars, privatised_channels
+from fedkit_core.privacy.layer import (
+    ALL_CLIENTS,
+    HIDDEN_CLIENT,
+    ServerPrivacy,
+    hides_sampling,
+    private_scalars,
+    privatised_channels,
+)
 from fedkit_core.results.schema import CSV_COLUMNS, best_round
 
 log = logging.getLogger("fedkit")
@@ -138,6 +145,7 @@ class Server:
         if self.privacy.active:
             self.privacy.allowed = privatised_channels(declared_channels(plugins, self.ctx))
         self.private = self.privacy.active or bool(config["secagg.enabled"])
+        self.hidden = hides_sampling(config)  # no record may name the sampled clients
         if config["secagg.enabled"]:  # an evaluation cannot travel inside SecAgg+'s stages
             self.eval_with_fit = False
         #: how the model's batch-norm layers travel (``bn``: see
@@ -145,6 +153,13 @@ class Server:
         self.normalisation: dict[str, Any] = {}
         #: simulated time (``sites``, aggregation modes); none when deployed, where time is real
         self.clock = None if deployed else clock_for(config, task.client_ids)
+        if self.hidden and self.clock is not None:
+            raise FedkitError(
+                "sites (simulated time) cannot run with dp.level=client at sample_fraction < 1: "
+                "each round's simulated time and outages say which sites trained, and the "
+                "epsilon is amplified on that sampling being secret; use sample_fraction=1 "
+                "or leave sites unset"
+            )
         #: FedBuff / FedAsync rounds (``aggregation``), see engines/asynchronous.py
         self.asynchronous: AsynchronousRounds | None = None
         if config["aggregation"] in ASYNCHRONOUS:
@@ -292,20 +307,19 @@ class Server:
             updates = [_update(cid, replies[cid]) for cid in ok]
             updates = self.privacy.updates(ctx.global_state, updates, dp_state, rnd)
         ctx.global_state = self.aggregate(updates, self._asker(transport, rnd, ok), rnd)
-        record: dict[str, Any] = {
-            "round": rnd,
-            "sampled": sampled,
-            "train": {
+        record: dict[str, Any] = {"round": rnd, "global": {}, "clients": {}}
+        if self.hidden:  # the count only: the names would undo the amplification by sampling
+            record.update(sampled_count=len(sampled), trained_count=len(ok))
+        else:
+            record["sampled"] = sampled
+            record["train"] = {
                 cid: {
                     k: v
                     for k, v in private_scalars(replies[cid].scalars).items()
                     if k != "num_examples"
                 }
                 for cid in ok
-            },
-            "global": {},
-            "clients": {},
-        }
+            }
         return self._round_end(transport, rnd, record)
 
     def aggregate(
@@ -322,6 +336,10 @@ class Server:
         evaluation: now, or with the next round's fit messages (:attr:`pending`)."""
         cfg = self.config
         record["bytes"] = self.traffic
+        if self.hidden:  # one total: each client's bytes say whether it trained
+            record["bytes"] = {
+                ALL_CLIENTS: {w: sum(c[w] for c in self.traffic.values()) for w in ("down", "up")}
+            }
         if self.clock is not None:
             record["simulated_seconds"] = round(self.clock.now, 3)
             outages = self.clock.take_outages()
@@ -437,7 +455,8 @@ class Server:
         ok = [cid for cid, msg in replies.items() if msg.error is None]
         failed = {cid: msg for cid, msg in replies.items() if msg.error is not None}
         for cid, msg in failed.items():
-            self.events.append({"round": rnd, "phase": phase, "client": cid, "error": msg.error})
+            who = HIDDEN_CLIENT if self.hidden and phase not in ("setup", "evaluate") else cid
+            self.events.append({"round": rnd, "phase": phase, "client": who, "error": msg.error})
             if isinstance(msg.exception, NoSpace):  # the machine's: every client would fail
                 raise msg.exception
         if len(ok) < required or (failed and not ok):  # none left, even with min_clients=0

@@ -398,6 +398,19 @@ class ServerPrivacy:
         return out
 
 
+def hides_sampling(config: Config) -> bool:
+    """Whether the run's client sampling is secret (client-level DP at ``sample_fraction < 1``:
+    the accountant amplifies on it), so that nothing the run writes may say which clients a
+    round sampled: records hold the count, traffic one total, no client snapshot is stored."""
+    return config["dp.level"] == CLIENT and config["sample_fraction"] < 1.0
+
+
+#: what a record says in place of a client's id where the sampling is secret
+HIDDEN_CLIENT = "(hidden: secret DP client sampling)"
+#: the one traffic entry of a round whose sampling is secret (every client's bytes summed)
+ALL_CLIENTS = "(all clients)"
+
+
 def is_private(config: Config) -> bool:
     """Whether a run carries DP or secure aggregation (its reports are restricted)."""
     return config["dp.level"] != NONE or bool(config["secagg.enabled"])

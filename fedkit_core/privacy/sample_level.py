@@ -315,6 +315,7 @@ class PerSampleClipping:
 
     def empty_step(self) -> None:
         """The step of an empty Poisson sample: no gradient, noise only."""
+        self.optimizer.zero_grad(set_to_none=True)  # the last step's sum is marked processed
         for p in self.optimizer.params:
             if self.mode == GHOST:
                 p.grad = torch.zeros_like(p)
@@ -439,8 +440,8 @@ class DPSGD:
                     gather(data.images, index.to(data.images.device), ctx.device)
                 )
             y = gather(data.targets, index.to(data.targets.device), ctx.device).long()
-            if ctx.data.augment is not None:
-                x, y = ctx.data.augment(x, y, ctx.rng)
+            if ctx.data.augment is not None:  # not the client's stored stream: its draws
+                x, y = ctx.data.augment(x, y, self.sampler)  # would count the empty samples
             yield Batch(input_layout(x, ctx.config["channels_last"]), y, index)
 
     def empty_step(self) -> None:

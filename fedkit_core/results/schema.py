@@ -3,7 +3,9 @@
 Top level: ``status`` (running / complete), ``config`` (resolved), ``plugins`` (name ->
 version), ``task`` (description and client ids), ``device``, ``rounds`` (one record per
 round: ``round``, ``sampled``, ``train`` losses per client, ``bytes`` ({client id: {"down",
-"up"}} as serialised), and on evaluated rounds ``evaluated`` (the splits scored: ``["val",
+"up"}} as serialised; under client-level DP with secret client sampling only
+``sampled_count``, ``trained_count`` and one ``bytes`` entry, ``"(all clients)"``, so that
+nothing names the sampled clients), and on evaluated rounds ``evaluated`` (the splits scored: ``["val",
 "test"]``, or ``["val"]`` in a round whose test split ``eval_test=improved`` skipped: its
 ``global`` and ``clients`` are then empty, as in a round not evaluated, and the other test
 scopes absent), ``global``, ``clients``, ``clients_mean``, ``fairness``, ``summary``,
