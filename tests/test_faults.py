@@ -126,7 +126,7 @@ class Fault:
 
 
 ERRORS = {
-    "raise": "RuntimeError: site1 broke",
+    "raise": "plugin 'fault' raised RuntimeError: site1 broke",  # the plugin named
     "hang": rf"no reply within {TIMEOUT:g} s \(client_timeout\)",
     "exit": r"the client's process exited \(exit code 3\)",
     "segfault": "the client's process was killed by SIGSEGV",
