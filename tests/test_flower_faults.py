@@ -106,7 +106,7 @@ def test_thread_backend_faults_without_retries_fail_only_that_client(faults, tmp
     assert status == "complete" and trained == ["site0"]
     errors = {(e["round"], e["phase"], e["client"]): e["error"] for e in events}
     assert errors == {
-        (1, "fit", "site0"): "RuntimeError: injected fault in site0",
+        (1, "fit", "site0"): "plugin 'test-faults' raised RuntimeError: injected fault in site0",
         (2, "fit", "site1"): "no reply within 10 s (client_timeout)",
         (2, "fit", "site2"): "the client exited (3)",
     }
