@@ -869,6 +869,30 @@ def cost(runs: Mapping[str, Sequence[Results]], skip: Sequence[str] = ()) -> flo
     )
 
 
+def run_comparison(
+    runspecs: Sequence[str],
+    where: Path,
+    config: str,
+    sets: Sequence[str],
+    seeds: Sequence[int],
+    jobs: int,
+    executor: Executor | None,
+    reference: str | None = None,
+) -> Comparison:
+    """``fedkit compare`` of ``runspecs`` on a page config with ``sets`` on top, into ``where``
+    (finished runs are reused, so a regenerated page trains only what is missing)."""
+    return compare(
+        list(runspecs),
+        seeds=seeds,
+        out=where,
+        base=[load_yaml(config)],
+        sets=parse_sets(sets),
+        jobs=jobs,
+        executor=executor,
+        reference=reference,
+    )
+
+
 def section(
     method: Method,
     sets: Sequence[str],
@@ -889,16 +913,7 @@ def section(
     shared = [method.baseline, "pooled", "solo"] if method.shares else []
     if method.shares:
         share_runs(out / method.shares, where, shared)
-    found = compare(
-        specs,
-        seeds=seeds,
-        out=where,
-        base=[load_yaml(method.config)],
-        sets=parse_sets(sets),
-        jobs=jobs,
-        executor=executor,
-        reference=reference,
-    )
+    found = run_comparison(specs, where, method.config, sets, seeds, jobs, executor, reference)
     runs = load_runs(where, specs, seeds)
     # the median over seeds: a run resumed after a pause (or one that shared the machine
     # with more jobs) would stretch a mean
@@ -1010,15 +1025,7 @@ def outside_section(
     shared = ["fedavg", "pooled", "solo"] if ref.shares else []
     if ref.shares:
         share_runs(out / ref.shares, where, shared)
-    found = compare(
-        list(ref.runspecs),
-        seeds=seeds,
-        out=where,
-        base=[load_yaml(ref.config)],
-        sets=parse_sets(sets),
-        jobs=jobs,
-        executor=executor,
-    )
+    found = run_comparison(ref.runspecs, where, ref.config, sets, seeds, jobs, executor)
     runs = load_runs(where, ref.runspecs, seeds)
     hours = cost(runs, shared)
     main = f"final.global.{found.main}"
@@ -1120,15 +1127,7 @@ def ablation_section(
     if not ablation.sets:  # the section's own runs of the same config are reused
         shared = [spec for spec in ablation.runspecs if spec in method.runspecs]
         share_runs(out / method.slug, where, shared)
-    found = compare(
-        list(ablation.runspecs),
-        seeds=seeds,
-        out=where,
-        base=[load_yaml(method.config)],
-        sets=parse_sets(pairs),
-        jobs=jobs,
-        executor=executor,
-    )
+    found = run_comparison(ablation.runspecs, where, method.config, pairs, seeds, jobs, executor)
     runs = load_runs(where, ablation.runspecs, seeds)
     keys = keys_of(method, found)
     lines = [

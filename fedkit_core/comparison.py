@@ -268,21 +268,22 @@ def compare(
     converged = {spec: convergence(seeds_runs) for spec, seeds_runs in runs.items()}
     bn = {spec: bn_policy(seeds_runs[0]) for spec, seeds_runs in runs.items()}
     times = timing.target_table(runs, goal) if goal is not None else None
+    found = Comparison(
+        table,
+        main,
+        list(seeds),
+        diff,
+        references,
+        clients,
+        converged,
+        bn,
+        times,
+        written,
+        differences,
+        reused,
+    )
     if not written:
-        return Comparison(
-            table,
-            main,
-            list(seeds),
-            diff,
-            references,
-            clients,
-            converged,
-            bn,
-            times,
-            False,
-            differences,
-            reused,
-        )
+        return found
     # the formats the comparison asks for; a reused run may have recorded others
     formats = next(iter(configs.values()))["figure_formats"]
     summary = {**table, **({DIFF: diff} if diff else {}), CLIENTS: clients}
@@ -300,17 +301,4 @@ def compare(
     if times is not None:
         timing.write_target(out, runs, goal, times, formats)
     outputs.record(labels)
-    return Comparison(
-        table,
-        main,
-        list(seeds),
-        diff,
-        references,
-        clients,
-        converged,
-        bn,
-        times,
-        True,
-        differences,
-        reused,
-    )
+    return found
