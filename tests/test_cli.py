@@ -194,7 +194,7 @@ FLOWER = {"engine": "flower", "flower": {"backend": "thread"}}
 @pytest.mark.parametrize(
     "engine",
     [
-        pytest.param({}, id="local"),
+        pytest.param({}, marks=pytest.mark.slow, id="local"),  # three commands: ~15 s
         pytest.param(
             FLOWER,
             marks=[
