@@ -13,7 +13,9 @@ folder of symlinks and a shortened split file; 0: the whole data set). Printed p
 (``off``: the trunk recomputed every batch; ``memory``: the cache, float32): the steady
 round (median of rounds 2..R over the repeats: training and the evaluation of the previous
 round's model), the first round (with the cache: its computation too), the largest peak RSS
-of its processes; then the speed-up of the steady round. The exactness check then runs one round of each mode plus the cache in float16
+of its processes; then the speed-up of the steady round and the most the cache can buy by
+the network's FLOPs (:func:`flop_bound`). The exactness check then runs one round of each
+mode plus the cache in float16
 in this process and prints the difference of the global model to the uncached run's
 (``||w - w_off|| / ||w_off||`` over its float entries) and the bACC of each.
 """
@@ -28,7 +30,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "fed_isic2019"
 STEM = ["backbone.net.conv_stem", "backbone.net.bn1"]
@@ -133,6 +137,47 @@ def exactness(data: Path, args: argparse.Namespace, folder: Path) -> None:
         print(f"  {name:18s} {gap / norm:.2e}   bACC {baccs[name]:.4f}")
 
 
+def flop_bound(args: argparse.Namespace) -> str:
+    """What the cache can buy at most, from the network's forward FLOPs per image (torch's
+    flop counter, eval mode): an uncached training step runs the frozen trunk forward and the
+    rest forward and backward (about twice its forward), a cached step the rest alone."""
+    import timm
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    net = timm.create_model("tf_efficientnet_lite0", num_classes=8).eval()
+    x = torch.zeros(1, 3, args.image_size, args.image_size)
+
+    def flops(step: Callable[[], torch.Tensor]) -> tuple[float, torch.Tensor]:
+        counter = FlopCounterMode(display=False)
+        with torch.no_grad(), counter:
+            out = step()
+        return counter.get_total_flops() / 1e6, out
+
+    trunk, h = flops(lambda: _trunk(net, x, args.stages))
+    rest, _ = flops(lambda: net.forward_head(net.bn2(net.conv_head(_stages(net, h, args.stages)))))
+    step = trunk + 3 * rest
+    return (
+        f"FLOP bound: per image the frozen trunk's forward is {trunk:.1f} MFLOP, the rest's "
+        f"{rest:.1f} (a training step about 3x that: forward and backward); an uncached step "
+        f"about {step:.0f} MFLOP, a cached one {3 * rest:.0f}: the cache makes a training step "
+        f"at most {step / (3 * rest):.2f}x faster, an evaluation {(trunk + rest) / rest:.2f}x"
+    )
+
+
+def _trunk(net: Any, x: Any, stages: int) -> Any:
+    x = net.bn1(net.conv_stem(x))
+    for block in net.blocks[:stages]:
+        x = block(x)
+    return x
+
+
+def _stages(net: Any, x: Any, first: int) -> Any:
+    for block in net.blocks[first:]:
+        x = block(x)
+    return x
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DATA)
@@ -169,6 +214,7 @@ def main() -> None:
         print(
             f"speed-up of the steady round with the cache: {steady['off'] / steady['memory']:.2f}x"
         )
+        print(flop_bound(args))
         if not args.no_exactness:
             exactness(data, args, Path(tmp) / "runs")
 
