@@ -63,6 +63,13 @@ def run_line(line: str, repo: Path, timeout: float) -> str:
     return output
 
 
+def test_ci_runs_the_readme_test_line():
+    """CI (.ci/run) installs with the README's test line, so every CI run checks it in full."""
+    install, pytest_command = TESTS.split(" && ")
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert f"\n{install}\n" in ci and f"\n{pytest_command} " in ci
+
+
 @pytest.mark.slow
 def test_the_quick_start_line_installs_and_runs(tmp_path):
     repo = fresh_copy(tmp_path)

@@ -403,3 +403,35 @@ def test_compare_writes_the_privacy_utility_table_and_figure(tmp_path):
         "fedavg+dp(eps=4)",
     ]
     assert fca["stops_at"]["text"]
+
+
+def _fake_run(clients_mean: float, epsilon: float | None = None, pooled: float = 0.0) -> dict:
+    final = {"clients_mean": {"bacc": clients_mean}, "global": {"bacc": pooled} if pooled else {}}
+    if epsilon is not None:
+        final["privacy"] = {"epsilon": epsilon}
+    return {"final": final}
+
+
+def test_privacy_utility_compares_every_method_with_training_alone():
+    """With solo among the runspecs, utility is the clients' mean for all (solo's scope) and
+    each method, FedAvg included, is compared with training alone at every setting."""
+    from fedkit_core.privacy.report import markdown, privacy_utility
+
+    gain = [0.0, 0.01, 0.02, 0.01, 0.015]
+    runs = {
+        "solo": [_fake_run(0.70 + g) for g in gain],
+        "fedavg": [_fake_run(0.80 + g, pooled=0.99) for g in gain],
+        "fedavg+dp(eps=8,level=sample)": [_fake_run(0.75 + g, 8.0) for g in gain],
+        "fedavg+dp(eps=1,level=sample)": [_fake_run(0.60 + g, 1.0) for g in gain],
+    }
+    summary = privacy_utility(runs, "bacc")
+    assert summary["scope"] == "clients_mean"
+    assert summary["rows"][1]["mean"] == pytest.approx(0.811)  # not the pooled 0.99
+    alone = summary["methods"]["fedavg"]["alone"]
+    assert [c["beats"] for c in alone["comparisons"]] == [True, True, False]
+    assert alone["stops_at"]["text"] == "stops beating training alone at epsilon 1"
+    assert "comparisons" not in summary["methods"]["fedavg"]  # FedAvg is not its own baseline
+    text = markdown(summary)
+    assert "vs training alone" in text and "- fedavg: stops beating training alone" in text
+    without = privacy_utility({k: v for k, v in runs.items() if k != "solo"}, "bacc")
+    assert without["scope"] == "global" and without["methods"] == {}
