@@ -416,7 +416,7 @@ class DPSGD:
             "per-sample gradients do not contain it and DP-SGD would drop it silently "
             f"(client {self.client.id!r}, round {self.client.round}: "
             f"the gradient of {name!r} differs from the mean of its per-sample gradients by "
-            f"{gap:.1%} of its norm, {len(gaps)} parameter{'s' if len(gaps) > 1 else ''} in "
+            f"{gap:.2g} of its norm, {len(gaps)} parameter{'s' if len(gaps) > 1 else ''} in "
             "all). Run this method without dp.level=sample (dp.level=client privatises any "
             "local training)"
         )
