@@ -79,10 +79,13 @@ def test_auto_caches_unless_an_active_plugin_does_not_declare_it():
     pytest.importorskip("fedkit_baselines")
     assert trunk_cache.cache_mode(_config(), PluginSet()) == "memory"
     assert trunk_cache.cache_mode(_config(plugins=["solo"]), PluginSet(["solo"])) == "memory"
-    assert trunk_cache.cache_mode(_config(plugins=["fedprox"]), PluginSet(["fedprox"])) == "off"
-    forced = _config(plugins=["fedprox"], freeze_cache="disk")
-    assert trunk_cache.cache_mode(forced, PluginSet(["fedprox"])) == "disk"
+    assert trunk_cache.cache_mode(_config(plugins=["moon"]), PluginSet(["moon"])) == "off"
+    forced = _config(plugins=["moon"], freeze_cache="disk")
+    assert trunk_cache.cache_mode(forced, PluginSet(["moon"])) == "disk"
     assert trunk_cache.cache_mode(_config(freeze=[]), PluginSet()) == "off"
+    # FLamby's strategies (the results page's outside reference) take the cached outputs
+    for name in ("fedprox", "scaffold", "cyclic", "fedadam", "fedyogi", "fedadagrad"):
+        assert trunk_cache.cache_mode(_config(plugins=[name]), PluginSet([name])) == "memory"
 
 
 def _flip(x, y, rng):

@@ -230,8 +230,11 @@ def plot(summary: Mapping[str, Any], path: Path, formats: Sequence[str] = ("png"
                 ax.axhline(r["mean"], ls=":", lw=1.5, color="black", label="solo (each alone)")
             elif not math.isfinite(r["epsilon"]):
                 ax.axhline(r["mean"], ls="--", lw=1, color=color, label=f"{method}, no DP")
-    if any(math.isfinite(r["epsilon"]) for r in summary["rows"]):
+    spent = sorted({round(r["epsilon"], 3) for r in summary["rows"] if math.isfinite(r["epsilon"])})
+    if spent:  # a log axis ticked at the epsilons compared, in plain numbers
         ax.set_xscale("log")
+        ax.set_xticks(spent, [f"{e:g}" for e in spent])
+        ax.xaxis.set_minor_locator(plt.NullLocator())
     name = metric_name(summary["metric"])
     if summary.get("scope") == "clients_mean":
         name = f"{name}, clients' mean"

@@ -20,6 +20,8 @@ import numpy as np
 from fedkit_core.plugin import Option, derive_seed, hookimpl
 
 fedkit_api = 2
+#: batch.x reaches only the model: the frozen-trunk cache may hand it the trunk's outputs
+fedkit_frozen_cache = True
 
 
 @hookimpl

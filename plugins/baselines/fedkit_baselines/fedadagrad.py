@@ -16,6 +16,8 @@ from fedkit_baselines import serverstep
 from fedkit_core.plugin import hookimpl
 
 fedkit_api = 2
+#: batch.x reaches only the model: the frozen-trunk cache may hand it the trunk's outputs
+fedkit_frozen_cache = True
 
 
 @hookimpl

@@ -34,6 +34,8 @@ from fedkit_baselines.anchors import shared_parameters
 from fedkit_core.plugin import Channel, FedkitError, Option, Payload, hookimpl
 
 fedkit_api = 2
+#: batch.x reaches only the model: the frozen-trunk cache may hand it the trunk's outputs
+fedkit_frozen_cache = True
 
 #: fit payload prefix of the server variate ``c`` (down) and of ``Delta c_i`` (up)
 VARIATE, DELTA = "scaffold.c/", "scaffold.dc/"
