@@ -115,8 +115,7 @@ def _parameter_terms(name: str, obj: Any) -> tuple[str, ...]:
         raise FedkitError(f"plugin {name!r}: {attr} must be a tuple of loss term names")
     if "task" in declared or not hasattr(obj, "fedkit_loss_terms"):
         raise FedkitError(
-            f"plugin {name!r}: {attr} names terms its fedkit_loss_terms returns, "
-            "not the task loss"
+            f"plugin {name!r}: {attr} names terms its fedkit_loss_terms returns, not the task loss"
         )
     return tuple(declared)
 

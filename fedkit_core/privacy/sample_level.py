@@ -60,8 +60,8 @@ import torch
 
 from fedkit_core.config import Config
 from fedkit_core.contract.context import ClientContext, take_views
-from fedkit_core.contract.hookspecs import PARAMETER_TERMS
 from fedkit_core.contract.data import Batch
+from fedkit_core.contract.hookspecs import PARAMETER_TERMS
 from fedkit_core.devices import gather, input_layout
 from fedkit_core.errors import FedkitError
 from fedkit_core.models.fedmodel import FedModel
