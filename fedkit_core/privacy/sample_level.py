@@ -518,7 +518,7 @@ class DPSGD:
         raise FedkitError(
             f"dp.level=sample cannot privatise {owners}: part of its gradient reaches the "
             "model's parameters other than through its layers (a loss term on the parameters "
-            "themselves, such as FedProx's or Ditto's proximal term or FedDyn's linear term, "
+            "themselves, such as Ditto's proximal term or FedDyn's linear term, "
             "or parameters combined outside a layer, as APFL's mixture), so Opacus's "
             "per-sample gradients do not contain it and DP-SGD would drop it silently "
             f"(client {self.client.id!r}, round {self.client.round}: "
