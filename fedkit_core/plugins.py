@@ -96,6 +96,8 @@ def _bound(name: str, obj: Any) -> Any:
     and state under that name, without knowing it.
     """
     stand_in = types.SimpleNamespace()
+    if hasattr(obj, hookspecs.PARAMETER_TERMS):
+        setattr(stand_in, hookspecs.PARAMETER_TERMS, _parameter_terms(name, obj))
     for attr in dir(obj):
         if not attr.startswith("fedkit_"):
             continue
@@ -103,6 +105,19 @@ def _bound(name: str, obj: Any) -> Any:
         if callable(function) and hasattr(function, "fedkit_impl"):
             setattr(stand_in, attr, _as(name, function))
     return stand_in
+
+
+def _parameter_terms(name: str, obj: Any) -> tuple[str, ...]:
+    """Plugin ``name``'s :data:`~fedkit_core.contract.hookspecs.PARAMETER_TERMS`, checked:
+    names of terms its ``fedkit_loss_terms`` returns (not the task loss)."""
+    attr, declared = hookspecs.PARAMETER_TERMS, getattr(obj, hookspecs.PARAMETER_TERMS)
+    if not isinstance(declared, (tuple, list)) or not all(isinstance(t, str) for t in declared):
+        raise FedkitError(f"plugin {name!r}: {attr} must be a tuple of loss term names")
+    if "task" in declared or not hasattr(obj, "fedkit_loss_terms"):
+        raise FedkitError(
+            f"plugin {name!r}: {attr} names terms its fedkit_loss_terms returns, not the task loss"
+        )
+    return tuple(declared)
 
 
 def _as(name: str, function: Callable[..., Any]) -> Callable[..., Any]:

@@ -16,6 +16,7 @@ from fedkit_core.builtins.losses import fedkit_task_loss, task_loss_per_sample
 from fedkit_core.engines.checkpoint import ServerCheckpoints
 from fedkit_core.errors import FedkitError
 from fedkit_core.plugin import hookimpl
+from fedkit_core.plugins import PluginSet
 from fedkit_core.privacy.sample_level import PerSampleClipping
 from fedkit_core.testing import tiny, tiny_pretrained
 
@@ -202,11 +203,12 @@ def test_clipping_reports_a_term_that_bypasses_the_per_sample_gradients():
     dp.close()
 
 
-@pytest.mark.parametrize("plugin", ["fedprox", "fedprox-example", "onparams"])
+@pytest.mark.parametrize("plugin", ["fedprox-example", "onparams"])
 def test_a_loss_term_on_the_parameters_is_refused_under_sample_level_dp(plugin):
-    """FedProx (mu > 0) would train as FedAvg under DP-SGD: its proximal gradient misses
-    the per-sample gradients. The run stops naming the plugin (its gradient is zero on a
-    round's first step, so a later step catches it)."""
+    """An undeclared term on the parameters (the example FedProx, mu > 0, declares none)
+    would be dropped by DP-SGD: its gradient misses the per-sample gradients. The run stops
+    naming the plugin (its gradient is zero on a round's first step, so a later step
+    catches it)."""
     config = tiny(rounds=1, plugins=[] if plugin == "onparams" else [plugin])
     if plugin != "onparams":
         config[plugin] = {"mu": 0.01}
@@ -256,3 +258,136 @@ def test_a_frozen_pretrained_trunk_with_batch_norm_trains_under_dp_sgd(tmp_path)
     assert "backbone.net.bn1.running_mean" in state  # kept, not replaced by group norm
     with pytest.raises(FedkitError, match="BatchNormAct2d"):
         run({**config, "freeze": []}, out=tmp_path / "unfrozen")
+
+
+def _pull(model: nn.Module) -> torch.Tensor:
+    """A term of the parameters alone: ``sum ||w - 0.1||^2`` (nonzero gradient at once)."""
+    return sum((p - 0.1).pow(2).sum() for p in model.parameters())
+
+
+@pytest.mark.parametrize("mode", ["ghost", "hooks"])
+def test_a_parameter_terms_gradient_is_added_after_clipping_and_noise(mode):
+    """Without clipping or noise the step is SGD on the whole loss (computed by hand);
+    with both, the term's gradient comes on top of the same privatised step, neither
+    clipped nor noised, and the per-sample gradients stay those of the data loss."""
+    x, y = _data()
+    model = _model()
+    F.cross_entropy(model(x), y).add(_pull(model)).backward()
+    expected = [(p - p.grad).detach() for p in model.parameters()]
+
+    def step(clip: float, sigma: float, term: bool) -> list[torch.Tensor]:
+        model = _model()
+        dp = _clipping(model, mode, clip=clip, sigma=sigma)
+        dp.optimizer.zero_grad(set_to_none=True)
+        outputs = model(x)
+        dp.apart(_pull(model) if term else None)
+        loss = F.cross_entropy(outputs, y)
+        dp.backward(loss, lambda: F.cross_entropy(outputs, y, reduction="none"))
+        if mode == "hooks":
+            assert dp.bypassed(1e-4) == {}
+        dp.optimizer.step()
+        dp.close()
+        return [p.detach() for p in model.parameters()]
+
+    for got, want in zip(step(1e6, 0.0, True), expected):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    model = _model()
+    pull = torch.autograd.grad(_pull(model), list(model.parameters()))
+    noised, plain = step(0.5, 5.0, True), step(0.5, 5.0, False)
+    for with_term, without, grad in zip(noised, plain, pull):
+        torch.testing.assert_close(with_term, without - grad, rtol=1e-4, atol=1e-5)
+
+
+def test_the_empty_step_drops_a_kept_parameter_gradient():
+    model = _model()
+    dp = _clipping(model, "ghost")
+    dp.apart(_pull(model))
+    assert dp.extra
+    dp.empty_step()
+    assert dp.extra == {}
+
+
+class _Declared:
+    """A throwaway plugin with a declared parameter term (a pull of the weights to 0.1)."""
+
+    fedkit_parameter_terms = ("declared.pull",)
+
+    @staticmethod
+    @hookimpl
+    def fedkit_loss_terms(client, batch, outputs):
+        return {"declared.pull": 1e-3 * _pull(client.model)}
+
+
+class _FromOutputs:
+    """Declares a term that is computed from the outputs: it depends on the batch."""
+
+    fedkit_parameter_terms = ("leaky.outputs",)
+
+    @staticmethod
+    @hookimpl
+    def fedkit_loss_terms(client, batch, outputs):
+        return {"leaky.outputs": 1e-3 * outputs["logits"].pow(2).mean()}
+
+
+class _SecondPass:
+    """Declares a term from a second forward pass of the batch through the model."""
+
+    fedkit_parameter_terms = ("leaky.pass",)
+
+    @staticmethod
+    @hookimpl
+    def fedkit_loss_terms(client, batch, outputs):
+        again = client.forward(client.model, batch.x)["logits"]
+        return {"leaky.pass": 1e-3 * again.pow(2).mean()}
+
+
+class _Mislabelled:
+    """Declares a name it does not return, and returns an undeclared term on the weights."""
+
+    fedkit_parameter_terms = ("mislabelled.other",)
+
+    @staticmethod
+    @hookimpl
+    def fedkit_loss_terms(client, batch, outputs):
+        return {"mislabelled.l2": sum(p.pow(2).sum() for p in client.model.parameters())}
+
+
+def test_a_declared_parameter_term_trains_under_ghost_clipping_without_a_fallback():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = run(tiny(rounds=1, dp={"level": "sample"}), plugins={"declared": _Declared})
+    assert not any("grad_sample=auto" in str(w.message) for w in caught)  # no fallback
+    assert results.final["privacy"]["grad_sample"] == "ghost"
+    assert results.final["privacy"]["epsilon"] > 0
+
+
+@pytest.mark.parametrize(
+    ("plugin", "mode", "reached"),
+    [
+        (_FromOutputs, "ghost", "the model's outputs"),
+        (_FromOutputs, "hooks", "the model's outputs"),
+        (_SecondPass, "hooks", "a layer of the model"),
+    ],
+)
+def test_a_declared_term_that_depends_on_the_batch_is_refused(plugin, mode, reached):
+    """(Under ghost, Opacus itself refuses a second forward pass, before any loss.)"""
+    config = tiny(rounds=1, dp={"level": "sample", "grad_sample": mode})
+    with pytest.raises(FedkitError, match=rf"plugin 'leaky' declares .* from {reached}, so"):
+        run(config, plugins={"leaky": plugin})
+
+
+def test_an_undeclared_term_of_a_declaring_plugin_is_refused():
+    """Under hooks the bypass check refuses it, naming the declared name never returned;
+    ghost (auto's choice for a declaring plugin) refuses any undeclared term."""
+    config = tiny(rounds=1, dp={"level": "sample", "grad_sample": "hooks"})
+    with pytest.raises(FedkitError, match="proximal term.*not returned: 'mislabelled.other'"):
+        run(config, plugins={"mislabelled": _Mislabelled})
+    with pytest.raises(FedkitError, match="'mislabelled.l2' of plugin 'mislabelled' are not"):
+        run(tiny(rounds=1, dp={"level": "sample"}), plugins={"mislabelled": _Mislabelled})
+
+
+@pytest.mark.parametrize("declared", ["declared.pull", ("task",), (1,)])
+def test_a_malformed_parameter_term_declaration_is_refused(declared):
+    plugin = type("Bad", (_Declared,), {"fedkit_parameter_terms": declared})
+    with pytest.raises(FedkitError, match="plugin 'bad': fedkit_parameter_terms"):
+        PluginSet(extra={"bad": plugin})

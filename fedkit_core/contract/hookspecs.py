@@ -65,6 +65,11 @@ if TYPE_CHECKING:
 
 API_VERSION = 2
 
+#: the module (or object) attribute by which a plugin names those of its loss terms
+#: (:func:`fedkit_loss_terms`) that are functions of the model's parameters alone, as
+#: FedProx's ``fedkit_parameter_terms = ("fedprox.proximal",)``; see that hook
+PARAMETER_TERMS = "fedkit_parameter_terms"
+
 hookspec = pluggy.HookspecMarker("fedkit")
 hookimpl = pluggy.HookimplMarker("fedkit")
 
@@ -279,6 +284,18 @@ def fedkit_loss_terms(
     Return named scalar tensors, already weighted (``{"fca.consistency": kl}``). All terms
     of all plugins are summed with the task loss; each term's mean over the round is
     reported. Plugins may run more forward passes here (a public batch, a private model).
+
+    **Parameter terms.** A plugin may name, in a module attribute :data:`PARAMETER_TERMS`
+    (``fedkit_parameter_terms = ("fedprox.proximal",)``), terms it returns that are
+    functions of the model's trainable parameters and of values fixed before local training
+    (the received global model) alone, of no training sample. That promise lets sample-level
+    DP-SGD (``dp.level=sample``) keep them: their gradient is computed apart and added to the
+    privatised (clipped, noised, averaged) gradient of the other terms before the
+    optimiser's step, which is post-processing and leaves the privacy guarantee unchanged
+    (docs/privacy.md); an undeclared term on the parameters stops such a run, as DP-SGD
+    would drop it. fedkit refuses a declared term computed from the model's outputs or
+    through its layers; one computed from the batch another way breaks the promise
+    unnoticed. Without DP-SGD the declaration changes nothing.
     """
 
 

@@ -270,7 +270,7 @@ class ClientRuntime:
                 loss = values[0] if len(values) == 1 else torch.stack(values).sum()
                 optimizer.zero_grad(set_to_none=True)
                 if dpsgd is not None:  # DP-SGD clips each sample's gradient (not grad_clip)
-                    dpsgd.backward(loss, batch, outputs)
+                    dpsgd.backward(terms, batch, outputs)
                 else:
                     loss.backward()
                     if clip:

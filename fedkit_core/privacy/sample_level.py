@@ -19,7 +19,7 @@ Two ways to clip, the same mechanism (``dp.grad_sample``, see :class:`PerSampleC
   what the hooks kept, where Opacus's own ghost clipping runs a second backward pass. It
   needs each sample's loss: fedkit has it for its built-in task losses
   (:func:`~fedkit_core.builtins.losses.task_loss_per_sample`), so ghost applies when no
-  plugin replaces the task loss or adds loss terms.
+  plugin replaces the task loss or adds loss terms other than parameter terms (below).
 * ``hooks``: Opacus's ``GradSampleModule`` stores every sample's gradient of every parameter
   and its ``DPOptimizer`` clips them; works with any loss, costs more (memory and time).
 
@@ -31,6 +31,18 @@ step would drop it. Under hooks, :meth:`DPSGD.check_captured` compares the two o
 (``.grad`` equals the per-sample gradients' mean for any loss of the outputs) and stops the
 run naming the plugins when they differ.
 
+Unless the plugin declares the term a *parameter term*
+(:data:`~fedkit_core.contract.hookspecs.PARAMETER_TERMS`): a function of the parameters and
+of values fixed before local training alone, of no sample. Such terms are summed apart; their
+gradient (``torch.autograd.grad``, leaving the per-sample gradients alone) is added to the
+privatised gradient of the other terms after Opacus's clipping, noise and scaling and before
+the wrapped optimiser's step (Opacus's step hook). That is post-processing of the noisy
+gradient with data-independent values: the guarantee and the accountant's epsilon are those
+of the data terms alone. :meth:`DPSGD.check_apart` refuses a declared term whose autograd
+graph reaches the model's outputs or passes through its layers (both hooked here). The step
+of an empty Poisson sample adds no parameter term: computing it needs the plugins' loss
+hook, which takes a batch (such a step comes with probability about ``exp(-batch_size)``).
+
 Batch norm mixes the samples of a batch, so per-sample gradients do not exist for it:
 ``dp.batchnorm=replace`` replaces it by group norm on every party (Opacus's
 ``ModuleValidator.fix``), ``refuse`` stops the run naming the modules; other modules Opacus
@@ -41,7 +53,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -49,6 +61,7 @@ import torch
 from fedkit_core.config import Config
 from fedkit_core.contract.context import ClientContext, take_views
 from fedkit_core.contract.data import Batch
+from fedkit_core.contract.hookspecs import PARAMETER_TERMS
 from fedkit_core.devices import gather, input_layout
 from fedkit_core.errors import FedkitError
 from fedkit_core.models.fedmodel import FedModel
@@ -61,6 +74,9 @@ BYPASS_RTOL = {"fp32": 1e-4, "bf16": 1e-1}
 #: with plugin loss terms, the first steps of a client's round checked for a bypass, then one
 #: step in CHECK_EVERY (the check costs about 5% of a step of stored per-sample gradients)
 CHECKED_FIRST, CHECK_EVERY = 3, 16
+#: the autograd node of a module output under Opacus's (full) backward hooks: a forward
+#: pass through a trainable layer of the model
+HOOKED_LAYER = "BackwardHookFunctionBackward"
 
 # Opacus's hooks on a first layer whose input needs no gradient: harmless, said every step
 warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients")
@@ -190,12 +206,31 @@ class ClientAccountant:
 
 
 def loss_plugins(hook: Any) -> list[str]:
-    """The active plugins whose loss fedkit cannot split per sample: a task loss other than
-    the built-in one, or extra loss terms."""
+    """The active plugins that replace the built-in task loss or add loss terms (parameter
+    terms or others)."""
     from fedkit_core.plugins import BUILTINS
 
     impls = [*hook.fedkit_task_loss.get_hookimpls(), *hook.fedkit_loss_terms.get_hookimpls()]
     return sorted({impl.plugin_name for impl in impls if impl.plugin_name not in BUILTINS})
+
+
+def parameter_terms(hook: Any) -> dict[str, str]:
+    """``{term: plugin}``: the loss terms the active plugins declare parameter terms
+    (:data:`~fedkit_core.contract.hookspecs.PARAMETER_TERMS`)."""
+    return {
+        term: impl.plugin_name
+        for impl in hook.fedkit_loss_terms.get_hookimpls()
+        for term in getattr(impl.plugin, PARAMETER_TERMS, ())
+    }
+
+
+def split_plugins(hook: Any) -> list[str]:
+    """The active plugins whose loss fedkit cannot split per sample: a task loss other than
+    the built-in one, or loss terms without a parameter-term declaration (a declaring
+    plugin's other terms are refused at its first step, :meth:`DPSGD.split`)."""
+    declaring = set(parameter_terms(hook).values())
+    replacing = {impl.plugin_name for impl in hook.fedkit_task_loss.get_hookimpls()}
+    return [p for p in loss_plugins(hook) if p not in declaring or p in replacing]
 
 
 def clipping_mode(config: Config, hook: Any) -> str:
@@ -204,7 +239,7 @@ def clipping_mode(config: Config, hook: Any) -> str:
     chosen = config["dp.grad_sample"]
     if chosen == HOOKS:
         return HOOKS
-    owners = loss_plugins(hook)
+    owners = split_plugins(hook)
     if not owners:
         return GHOST
     why = (
@@ -230,8 +265,8 @@ class PerSampleClipping:
     """Opacus's DP-SGD step around ``model`` and ``optimizer``: each sample's gradient
     clipped to norm ``clip``, Gaussian noise of std ``sigma * clip`` on their sum (from
     ``generator``), divided by ``expected_batch_size``; ``mode`` ghost or hooks (the module
-    docstring). Train with :meth:`backward` and ``self.optimizer.step()``; :meth:`close`
-    removes the hooks."""
+    docstring). Train with :meth:`backward` (and :meth:`apart` for parameter terms) and
+    ``self.optimizer.step()``; :meth:`close` removes the hooks."""
 
     def __init__(
         self,
@@ -265,6 +300,26 @@ class PerSampleClipping:
             loss_reduction="mean",
             generator=generator,
         )
+        #: the gradient of the step's parameter terms, added after the privatisation
+        self.extra: dict[torch.nn.Parameter, torch.Tensor] = {}
+        self.optimizer.attach_step_hook(self._add_extra)
+
+    def apart(self, term: torch.Tensor | None) -> None:
+        """Keep the gradient of ``term``, a loss of the parameters alone, for the next step:
+        it is added to each parameter's privatised gradient (after clipping, noise and
+        scaling), and reaches neither ``.grad`` nor the per-sample gradients before."""
+        self.extra = {}
+        if term is None or not term.requires_grad:
+            return
+        params = [p for p in self.optimizer.params if p.requires_grad]
+        grads = torch.autograd.grad(term, params, allow_unused=True)
+        self.extra = {p: g for p, g in zip(params, grads) if g is not None}
+
+    def _add_extra(self, optimizer: Any) -> None:
+        """Opacus's step hook: runs after its clipping, noise and scaling, before the step."""
+        for p, grad in self.extra.items():
+            p.grad.add_(grad.to(p.grad.dtype))
+        self.extra = {}
 
     def backward(
         self, loss: torch.Tensor, per_sample: Callable[[], torch.Tensor] | None = None
@@ -315,6 +370,7 @@ class PerSampleClipping:
 
     def empty_step(self) -> None:
         """The step of an empty Poisson sample: no gradient, noise only."""
+        self.extra = {}
         self.optimizer.zero_grad(set_to_none=True)  # the last step's sum is marked processed
         for p in self.optimizer.params:
             if self.mode == GHOST:
@@ -369,6 +425,9 @@ class DPSGD:
         # round (a proximal term's gradient is zero on the first) and every CHECK_EVERY-th;
         # without, the first
         self.watched = loss_plugins(client.hook) if self.mode == HOOKS else []
+        #: ``{term: plugin}`` of the declared parameter terms, and those a step lacked
+        self.declared = parameter_terms(client.hook)
+        self.missing: list[str] = []
         self.step = 0
 
     def __enter__(self) -> DPSGD:
@@ -377,16 +436,64 @@ class DPSGD:
     def __exit__(self, *exc: object) -> None:
         self.clipping.close()
 
-    def backward(self, loss: torch.Tensor, batch: Batch, outputs: Any) -> None:
-        """Backward for one step: ``loss`` (the batch's total) under hooks; under ghost,
-        each sample's built-in task loss (what ``loss`` is the mean of: no plugin adds
-        terms then)."""
+    def backward(self, terms: Mapping[str, torch.Tensor], batch: Batch, outputs: Any) -> None:
+        """Backward for one step of the named loss ``terms`` (``task`` and the plugins'):
+        the declared parameter terms' gradient kept apart for the step (:meth:`split`,
+        :meth:`check_apart`); the other terms' sum backward under hooks, each sample's
+        built-in task loss under ghost (the only other term then)."""
         from fedkit_core.builtins.losses import task_loss_per_sample
 
-        self.clipping.backward(loss, lambda: task_loss_per_sample(self.client, batch, outputs))
+        data, apart = self.split(terms)
+        extra = None
+        if apart:
+            extra = _total(apart)
+            self.check_apart(extra, outputs)
+        self.clipping.apart(extra)
+        self.clipping.backward(
+            _total(data), lambda: task_loss_per_sample(self.client, batch, outputs)
+        )
         if self.mode == HOOKS and self._checks(self.step):
             self.check_captured()
         self.step += 1
+
+    def split(
+        self, terms: Mapping[str, torch.Tensor]
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """``terms`` as (the data terms, the declared parameter terms); under ghost, a term
+        of neither the task nor a declaration is refused (ghost clips the task loss)."""
+        data = {n: t for n, t in terms.items() if n not in self.declared}
+        apart = {n: t for n, t in terms.items() if n in self.declared}
+        self.missing = sorted(set(self.declared) - set(apart))
+        others = sorted(set(data) - {"task"})
+        if self.mode == GHOST and others:
+            owners = sorted(set(self.declared.values()))
+            raise FedkitError(
+                f"dp.grad_sample=ghost clips each sample's task loss, but the loss terms "
+                f"{', '.join(map(repr, others))} of plugin{'s' if len(owners) > 1 else ''} "
+                f"{', '.join(map(repr, owners))} are not declared parameter terms "
+                f"({PARAMETER_TERMS}), which fedkit cannot split into each sample's loss; use "
+                "dp.grad_sample=hooks (per-sample gradients, any loss)"
+            )
+        return data, apart
+
+    def check_apart(self, term: torch.Tensor, outputs: Any) -> None:
+        """Refuse declared parameter terms whose autograd graph reaches the model's outputs
+        or passes through one of its trainable layers (whose outputs carry Opacus's
+        backward hooks): they depend on the batch, and their gradient, added after the
+        noise, would not be private."""
+        reached = _reaches(term, outputs)
+        if reached is None:
+            return
+        owners = sorted(set(self.declared.values()))
+        raise FedkitError(
+            f"dp.level=sample: the loss terms {', '.join(map(repr, sorted(self.declared)))} "
+            f"that plugin{'s' if len(owners) > 1 else ''} {', '.join(map(repr, owners))} "
+            f"declare{'' if len(owners) > 1 else 's'} parameter terms ({PARAMETER_TERMS}: "
+            "functions of the parameters alone, added after DP-SGD's noise) are computed "
+            f"from {reached}, so from the batch, and would leak it (client "
+            f"{self.client.id!r}, round {self.client.round}); remove the declaration of a "
+            "term that depends on the data"
+        )
 
     def _checks(self, step: int) -> bool:
         if not self.watched:
@@ -411,14 +518,20 @@ class DPSGD:
         raise FedkitError(
             f"dp.level=sample cannot privatise {owners}: part of its gradient reaches the "
             "model's parameters other than through its layers (a loss term on the parameters "
-            "themselves, such as FedProx's or Ditto's proximal term or FedDyn's linear term, "
+            "themselves, such as Ditto's proximal term or FedDyn's linear term, "
             "or parameters combined outside a layer, as APFL's mixture), so Opacus's "
             "per-sample gradients do not contain it and DP-SGD would drop it silently "
             f"(client {self.client.id!r}, round {self.client.round}: "
             f"the gradient of {name!r} differs from the mean of its per-sample gradients by "
             f"{gap:.2g} of its norm, {len(gaps)} parameter{'s' if len(gaps) > 1 else ''} in "
             "all). Run this method without dp.level=sample (dp.level=client privatises any "
-            "local training)"
+            "local training), or, for a term of the parameters alone, declare it in the "
+            f"plugin's {PARAMETER_TERMS}"
+            + (
+                f" (declared there but not returned: {', '.join(map(repr, self.missing))})"
+                if self.missing
+                else ""
+            )
         )
 
     def batches(self) -> Iterator[Batch | None]:
@@ -459,3 +572,40 @@ class DPSGD:
             "dp.last": self.accountant.last(),
             "dp.ghost": self.mode == GHOST,
         }
+
+
+def _total(terms: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    values = [t.reshape(()) for t in terms.values()]
+    return values[0] if len(values) == 1 else torch.stack(values).sum()
+
+
+def _reaches(term: torch.Tensor, outputs: Any) -> str | None:
+    """What of the batch's forward pass ``term``'s autograd graph reaches: ``"the model's
+    outputs"``, ``"a layer of the model"`` (a module output under Opacus's hooks) or
+    ``None``."""
+    stops = {t.grad_fn for t in _tensors(outputs) if t.grad_fn is not None}
+    seen: set[Any] = set()
+    stack = [term.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if node in stops:
+            return "the model's outputs"
+        if type(node).__name__ == HOOKED_LAYER:
+            return "a layer of the model"
+        stack.extend(child for child, _ in node.next_functions)
+    return None
+
+
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    """The tensors in ``value`` (a tensor, or mappings and sequences of them)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _tensors(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)

@@ -7,6 +7,10 @@ Each client minimises its task loss plus ``mu/2 * ||w - w^t||^2``, with ``w^t`` 
 model it received this round. The term covers the shared (uploaded) trainable parameters;
 private entries of other plugins have no global value and are left free. Aggregation is
 unchanged (FedAvg, or any aggregator it is combined with). Works on any task.
+
+The proximal term is a function of the parameters and of the received global model alone,
+of no training sample: declared a parameter term, it is kept under sample-level DP-SGD
+(its gradient added to the privatised gradient, see docs/privacy.md).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from fedkit_core.plugin import Option, hookimpl
 fedkit_api = 2
 #: batch.x reaches only the model: the frozen-trunk cache may hand it the trunk's outputs
 fedkit_frozen_cache = True
+#: the proximal term depends on no sample (fedkit_core.contract.hookspecs.PARAMETER_TERMS)
+fedkit_parameter_terms = ("fedprox.proximal",)
 
 
 @hookimpl

@@ -1,5 +1,6 @@
-"""FedProx's proximal term against a hand computation (shared parameters only), and FedProx
-with q-FedAvg on a tiny segmentation task."""
+"""FedProx's proximal term against a hand computation (shared parameters only), FedProx
+with q-FedAvg on a tiny segmentation task, and FedProx under sample-level DP-SGD (its
+declared parameter term added after the noise)."""
 
 from types import SimpleNamespace
 
@@ -10,9 +11,10 @@ import torch
 from torch import nn
 
 from fedkit_core import run
+from fedkit_core.engines.checkpoint import ServerCheckpoints
 from fedkit_core.plugin import FedModel, plugin_scope
 from fedkit_core.plugins import BUNDLED
-from fedkit_core.testing import REPO_ROOT, tiny_seg
+from fedkit_core.testing import REPO_ROOT, tiny, tiny_seg
 
 
 def test_proximal_term_matches_hand_computation_on_shared_parameters():
@@ -66,3 +68,34 @@ def test_the_name_fedprox_is_the_baselines_and_the_example_has_its_own():
         baselines, "plugins/baselines"
     )
     assert BUNDLED["fedprox-example"] == "examples/plugin-fedprox"
+
+
+def _dp_sgd(tmp_path, mode: str, mu: float | None) -> tuple[dict[str, torch.Tensor], float]:
+    """The global model and epsilon after a round of DP-SGD (``mode`` clipping, the noise
+    drawn from the seed: tests only), FedAvg or FedProx with ``mu``."""
+    dp = {"level": "sample", "grad_sample": mode, "reproducible_noise": True}
+    config = tiny(rounds=1, checkpoint=True, dp=dp, task={"sites": 2, "head_samples": 12})
+    plugins = None
+    if mu is not None:
+        config, plugins = {**config, "fedprox": {"mu": mu}}, {"fedprox": fedprox}
+    out = tmp_path / f"{mode}-{mu}"
+    results = run(config, out=out, plugins=plugins)
+    assert results.final["privacy"]["grad_sample"] == mode
+    state = ServerCheckpoints(out / "checkpoint").load()["global_state"]
+    return state, results.final["privacy"]["epsilon"]
+
+
+@pytest.mark.slow  # three runs (the mechanism's one-step tests are in tests/, not slow)
+@pytest.mark.parametrize("mode", ["ghost", "hooks"])
+def test_fedprox_under_dp_sgd_is_fedavg_at_mu_0_and_pulls_at_mu_above(tmp_path, mode):
+    """FedProx trains under ``dp.level=sample`` in both clipping modes: at mu 0 exactly as
+    FedAvg; at mu 1 its proximal gradient changes the update (it was dropped or refused
+    before); the epsilon is FedAvg's (the term is post-processing)."""
+    fedavg, eps = _dp_sgd(tmp_path, mode, None)
+    same, eps_same = _dp_sgd(tmp_path, mode, 0.0)
+    pulled, eps_pulled = _dp_sgd(tmp_path, mode, 1.0)
+    assert eps == eps_same == eps_pulled > 0
+    assert same.keys() == fedavg.keys()
+    assert all(torch.equal(same[k], fedavg[k]) for k in fedavg)
+    gap = max(float((pulled[k].float() - fedavg[k].float()).abs().max()) for k in fedavg)
+    assert gap > 1e-6
