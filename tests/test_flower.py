@@ -618,7 +618,8 @@ def test_loopback_deployment_gives_the_local_results_and_leaves_no_process(tmp_p
         "hospital-2",
     ]
     assert all(s["address"].startswith("127.0.0.1:") for s in served.values())
-    assert sorted(s["node_id"] for s in served.values()) == sorted(n["node-id"] for n in held)
+    held_ids = sorted(int(n["node-id"]) for n in held)  # `flwr supernode list` says them as text
+    assert sorted(s["node_id"] for s in served.values()) == held_ids
     assert sorted(p.name for p in attempts.iterdir()) == ["site0-r2", "site1-r1"]
     assert all(p.stat().st_size == 2 for p in attempts.iterdir())  # failed once, then healed
     assert (out / "metrics.csv").is_file()
