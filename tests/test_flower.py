@@ -205,8 +205,11 @@ def test_failing_client_is_recorded_and_the_run_goes_on(tmp_path):
     assert set(results.rounds[1]["train"]) == {"site0", "site2"}
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["events"] == results["events"]
+    # a simulation's nodes are Flower's simulated ones: their ids, nothing more to name
+    assert saved["nodes"]["source"] == "simulation"
+    assert set(saved["nodes"]["clients"]) == {"site0", "site1", "site2"}
     local = run(tiny(rounds=3, min_clients=2), plugins={"flaky": Flaky()})
-    assert local["events"] == results["events"]
+    assert local["events"] == results["events"] and "nodes" not in local
     assert close(local.final["global"], results.final["global"], 1e-6)
 
 
@@ -525,6 +528,44 @@ def _flower_processes(marker: str) -> set[int]:
     return found
 
 
+DEPLOY_SCRIPT = REPO_ROOT / "examples" / "flower" / "deploy_local.sh"
+
+
+def _deploy(out: Path, args: list[str], **env: str) -> subprocess.CompletedProcess:
+    """examples/flower/deploy_local.sh into ``out`` with ``args`` for `fedkit flower
+    submit` and ``env`` (INTRUDER, STOLEN, ...), the test's fault plugin importable; checks
+    that it succeeded and left no process of its own behind."""
+    marker = f"FEDKIT_TEST_RUN={uuid.uuid4().hex}"  # tells this run's processes from others'
+    plugin = Path(__file__).parent / "fault_plugin"
+    env = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join(
+            [str(plugin), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
+        ),
+        "FEDKIT_TEST_RUN": marker.split("=", 1)[1],
+        **env,
+    }
+    done = subprocess.run(
+        ["bash", str(DEPLOY_SCRIPT), str(out), "-q", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert _flower_processes(marker) == set()
+    return done
+
+
+def _sections(stdout: str, first: str) -> dict[str, str]:
+    """The script's ``---- TITLE`` sections from the one titled ``first`` on: title ->
+    text (the title up to its first space or parenthesis)."""
+    said = stdout.split(f"---- {first}", 1)[1]
+    parts = (f"{first}{said}").split("\n---- ")
+    return {part.split(" ", 1)[0].split("\n", 1)[0]: part.split("\n", 1)[1] for part in parts}
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to list processes")
 def test_loopback_deployment_gives_the_local_results_and_leaves_no_process(tmp_path):
@@ -537,35 +578,15 @@ def test_loopback_deployment_gives_the_local_results_and_leaves_no_process(tmp_p
     (client_retries=1) heals it, so the results are still the local engine's. The nodes are
     Flower's own ``flower-supernode`` (the public path); with ``client_timeout`` set the
     ClientApp answers in an isolated worker, which turns the exit into a failed reply."""
-    marker = f"FEDKIT_TEST_RUN={uuid.uuid4().hex}"  # tells this run's processes from others'
     out = tmp_path / "deployed"
     attempts = tmp_path / "attempts"
     attempts.mkdir()
-    plugin = Path(__file__).parent / "fault_plugin"
-    env = {
-        **os.environ,
-        "PYTHON": sys.executable,
-        "PYTHONPATH": os.pathsep.join(
-            [str(plugin), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
-        ),
-        "INTRUDER": "1",
-        "FEDKIT_TEST_RUN": marker.split("=", 1)[1],
-    }
     faults = ["--plugin", "test-faults", "--set", "test-faults.faults=[raise:site1:1,exit:site0:2]"]
     faults += ["--set", f"test-faults.dir={attempts}", "--set", "client_retries=1"]
     faults += ["--set", "client_timeout=300"]
-    script = REPO_ROOT / "examples" / "flower" / "deploy_local.sh"
-    done = subprocess.run(
-        ["bash", str(script), str(out), "-q", *faults],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert _flower_processes(marker) == set()
-    said = done.stdout.split("---- outsider (what each attempt got)")[1]
-    tried, intruder, nodes = (part.split("\n", 1)[1] for part in said.split("\n---- "))
+    done = _deploy(out, faults, INTRUDER="1")
+    said = _sections(done.stdout, "outsider")
+    tried, intruder, nodes = said["outsider"], said["intruder.log"], said["nodes"]
     outcomes = dict(line.split(": ", 1) for line in tried.strip().splitlines())
     not_served = "is not served on the SuperNodes' address"
     fixed = "keys are fixed by the operator at start"
@@ -587,18 +608,57 @@ def test_loopback_deployment_gives_the_local_results_and_leaves_no_process(tmp_p
     assert [n["owner-name"] for n in held] == ["operator (--node-keys)"] * 3, held
     assert all(n["status"] == "online" for n in held)
     deployed = json.loads((out / "results.json").read_text())
+    # the outsider's own key is no second activation of a hospital's: no event
     assert deployed["status"] == "complete" and deployed["events"] == []
+    served = deployed["nodes"]["clients"]
+    assert deployed["nodes"]["source"] == "superlink"
+    assert [served[f"site{k}"]["key"] for k in range(3)] == [
+        "hospital-0",
+        "hospital-1",
+        "hospital-2",
+    ]
+    assert all(s["address"].startswith("127.0.0.1:") for s in served.values())
+    held_ids = sorted(int(n["node-id"]) for n in held)  # `flwr supernode list` says them as text
+    assert sorted(s["node_id"] for s in served.values()) == held_ids
     assert sorted(p.name for p in attempts.iterdir()) == ["site0-r2", "site1-r1"]
     assert all(p.stat().st_size == 2 for p in attempts.iterdir())  # failed once, then healed
     assert (out / "metrics.csv").is_file()
     import yaml
 
-    config = yaml.safe_load((script.parent / "deploy_local.yaml").read_text())
+    config = yaml.safe_load((DEPLOY_SCRIPT.parent / "deploy_local.yaml").read_text())
     # a deployment evaluates federated by default (evaluation=auto): only statistics go up
     assert deployed["config"]["evaluation"] == "auto"
     local = run({**config, "evaluation": "federated"})
     for scope in ("global", "clients", "clients_mean"):
         assert close(local.final[scope], deployed["final"][scope], 1e-5), scope
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to list processes")
+def test_a_stolen_hospital_key_is_a_recorded_event_naming_who_served(tmp_path):
+    """A thief with a copy of hospital 0's key connects before hospital 0's own node: Flower
+    activates the thief and refuses the hospital ("Failed to activate SuperNode"), and the
+    thief serves client 0. The second activation of the key is a warning on the
+    SuperLink's console and on the submitter's, an event in results.json naming the key
+    and both addresses, and the node record names the address that served client 0."""
+    out = tmp_path / "stolen"
+    done = _deploy(out, [], STOLEN="1")
+    said = _sections(done.stdout, "superlink")
+    assert "[code: 2004] Failed to activate SuperNode." in said["supernode0.log"]
+    console = said["superlink"].splitlines()
+    thief = console[0].removeprefix("SuperLink: node ").split(" ", 1)
+    node, thief_address = int(thief[0]), thief[1].removeprefix("(hospital-0) active from ")
+    (warning,) = [line for line in console if line.startswith("WARNING: ")]
+    deployed = json.loads((out / "results.json").read_text())
+    assert deployed["status"] == "complete"
+    (event,) = deployed["events"]
+    assert event["phase"] == "activation" and event["client"] == "site0"
+    assert (event["key"], event["node_id"]) == ("hospital-0", node)
+    assert event["active_address"] == thief_address != event["address"]
+    assert warning == f"WARNING: {event['error']}"
+    assert f"warning: {event['error']}" in done.stderr  # the submitter's console, even -q
+    served = deployed["nodes"]["clients"]["site0"]
+    assert served == {**served, "node_id": node, "key": "hospital-0", "address": thief_address}
 
 
 @pytest.mark.slow
@@ -609,34 +669,14 @@ def test_loopback_deployment_with_a_slow_node_runs_fedbuff_without_waiting_for_i
     they come. Wall times are printed (benchmarks/async_deployment.py measures them), not
     asserted: what is checked is that the fast nodes did not wait. The nodes run with the
     fast layer (warm SuperNodes, flower.fast)."""
-    marker = f"FEDKIT_TEST_RUN={uuid.uuid4().hex}"
-    plugin = Path(__file__).parent / "fault_plugin"
-    env = {
-        **os.environ,
-        "PYTHON": sys.executable,
-        "PYTHONPATH": os.pathsep.join(
-            [str(plugin), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]
-        ),
-        "FEDKIT_TEST_RUN": marker.split("=", 1)[1],
-        "SUPERNODE_ARGS": "--warm",
-    }
     slow = ["--plugin", "test-faults", "--set", "test-faults.slow=[site2:5]"]
     slow += ["--set", "flower.fast=true"]
     slow += ["--rounds", "3", "--set", "eval_every=3"]
-    script = REPO_ROOT / "examples" / "flower" / "deploy_local.sh"
     results = {}
     for mode in ("sync", "fedbuff"):
         out = tmp_path / mode
-        done = subprocess.run(
-            ["bash", str(script), str(out), "-q", *slow, "--set", f"aggregation={mode}"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        _deploy(out, [*slow, "--set", f"aggregation={mode}"], SUPERNODE_ARGS="--warm")
         results[mode] = json.loads((out / "results.json").read_text())
-    assert _flower_processes(marker) == set()
     sync, buffered = results["sync"], results["fedbuff"]
     assert sync["status"] == buffered["status"] == "complete"
     assert all(r["sampled"] == ["site0", "site1", "site2"] for r in sync["rounds"])

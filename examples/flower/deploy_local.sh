@@ -22,7 +22,13 @@
 # to register its key (`flwr supernode register`) on the Fleet address and on the operator
 # address, to unregister a hospital's node, and starts a fourth SuperNode with its key. The
 # SuperLink must refuse each (the run would stop with "4 SuperNodes are connected"
-# otherwise); the script prints what each attempt got.
+# otherwise); the script prints what each attempt got. STOLEN=1 (with TLS) plays a thief
+# holding a copy of hospital 0's private key: its SuperNode connects with that key before
+# hospital 0's own node (the script waits until the SuperLink has activated it), so the
+# SuperLink refuses the real node's activation and the thief serves client 0 (with the same
+# local data here, so the run completes). The SuperLink warns of the second activation, the
+# run records it as an event and names the node and address that served each client
+# (results.json's `nodes`); the script prints the SuperLink's lines about it.
 set -euo pipefail
 
 DRY_RUN=0
@@ -142,7 +148,7 @@ else  # TLS, and node authentication with the hospitals' keys fixed at start
     printf '%s hospital-%s\n' "$(cut -d' ' -f1,2 "$KEYS/node$k.pub")" "$k"
   done >"$KEYS/nodes.pub"
   LINK_TLS=(--ca-cert "$KEYS/ca.crt" --cert "$KEYS/server.crt" --key "$KEYS/server.key")
-  LINK_TLS+=(--node-keys "$KEYS/nodes.pub")
+  LINK_TLS+=(--node-keys "$KEYS/nodes.pub" --node-log "$WORK/node-log")
   NODE_TLS=(--ca-cert "$KEYS/ca.crt")
 fi
 start superlink "$PYTHON" -m fedkit_core.cli flower superlink --address "$SUPERLINK" \
@@ -180,6 +186,25 @@ if [ "${INTRUDER:-0}" = 1 ] && [ "${INSECURE:-0}" != 1 ]; then
   start intruder "$PYTHON" -m fedkit_core.cli flower supernode --superlink "$SUPERLINK" \
     --partition-id 0 --port "$(free_port)" "${NODE_TLS[@]}" --auth-key "$KEYS/node$NODES"
 fi
+STOLEN_KEY=0  # whether a thief plays hospital 0 with a copy of its key
+if [ "${STOLEN:-0}" = 1 ] && [ "${INSECURE:-0}" != 1 ]; then
+  STOLEN_KEY=1
+fi
+if [ "$STOLEN_KEY" = 1 ]; then  # the thief connects first, with hospital 0's key
+  start thief "$PYTHON" -m fedkit_core.cli flower supernode --superlink "$SUPERLINK" \
+    --partition-id 0 --port "$(free_port)" "${NODE_TLS[@]}" --auth-key "$KEYS/node0" \
+    ${SUPERNODE_ARGS:-}
+  for _ in $(seq 300); do  # until the SuperLink has activated it
+    if grep -q "(hospital-0) active from" "$WORK/superlink.log"; then
+      break
+    fi
+    sleep 0.2
+  done
+  if ! grep -q "(hospital-0) active from" "$WORK/superlink.log"; then
+    echo "error: the thief's SuperNode was not activated within 60 s" >&2
+    exit 1
+  fi
+fi
 for k in $(seq 0 $((NODES - 1))); do
   AUTH=()
   if [ "${INSECURE:-0}" != 1 ]; then
@@ -213,4 +238,10 @@ if [ "${INTRUDER:-0}" = 1 ] && [ -f "$WORK/intruder.log" ]; then
   grep -E "Exit Code|Failed to" "$WORK/intruder.log" || true
   echo "---- nodes (flwr supernode list on the operator address)"
   FLWR_HOME="$WORK/operator" "$FLWR" supernode list fedkit --format json
+fi
+if [ "$STOLEN_KEY" = 1 ]; then
+  echo "---- superlink (the operator's console: activations)"
+  grep -E "\) active from|WARNING: a second SuperNode" "$WORK/superlink.log" || true
+  echo "---- supernode0.log (why hospital 0's own node stopped)"
+  grep -E "Exit Code|Failed to" "$WORK/supernode0.log" || true
 fi

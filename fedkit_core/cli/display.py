@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fedkit_core.contract.observer import Observer
-from fedkit_core.results.schema import has_test
+from fedkit_core.results.schema import ACTIVATION, has_test
 
 
 def _fmt(value: Any) -> str:
@@ -320,15 +320,23 @@ def print_run(console: Console, results: Mapping[str, Any]) -> None:
     for warning in results.get("warnings", []):
         console.print(f"[bold yellow]warning:[/] {warning}")
     for event in results.get("events", []):
-        console.print(
-            f"[yellow]round {event['round']}: client {event['client']} failed in "
-            f"{event['phase']}: {event['error']}"
-        )
+        console.print(event_line(event), soft_wrap=True)
     privacy = final.get("privacy")
     if privacy:
         console.print(privacy_line(privacy))
     _print_time(console, results)
     console.print(f"status {results['status']}; wall time {final['wall_seconds']:.1f} s")
+
+
+def event_line(event: Mapping[str, Any]) -> str:
+    """An event of results.json as a line: a client's failure, or a refused second
+    activation of a SuperNode's key (a deployment's warning; see docs/engines.md)."""
+    if event.get("phase") == ACTIVATION:
+        return f"[bold yellow]warning:[/] {event['error']}"
+    return (
+        f"[yellow]round {event['round']}: client {event['client']} failed in "
+        f"{event['phase']}: {event['error']}"
+    )
 
 
 def privacy_line(privacy: Mapping[str, Any]) -> str:

@@ -88,6 +88,13 @@ def superlink(
         help="HOST:PORT of run submission and node registration (Control API) and of the "
         "ServerApp (default: 127.0.0.1, the port after --address's: this machine only)",
     ),
+    node_log: Path | None = typer.Option(
+        None,
+        "--node-log",
+        help="folder of the log of the --node-keys' activations (node id, key, address, "
+        "time; a second activation of an active key is a warning and an event of the run); "
+        "default: a fresh private folder under the system's temporary folder",
+    ),
 ) -> None:
     """Start the SuperLink (on the server). Runs until stopped.
 
@@ -97,7 +104,7 @@ def superlink(
     from fedkit_core.engines.flower.deploy import superlink_command
 
     tls = _tls(insecure, ca_cert, cert, key)
-    command = superlink_command(address, tls, node_auth, control_address, node_keys)
+    command = superlink_command(address, tls, node_auth, control_address, node_keys, node_log)
     _exec([*command, *ctx.args])
 
 

@@ -86,10 +86,15 @@ def layers_of(
 
 
 def finish(results: dict[str, Any], out: Path, quiet: bool) -> None:
-    """Show a finished run (only its directory with ``quiet``)."""
-    from fedkit_core.cli.display import print_run
+    """Show a finished run (with ``quiet`` only its directory, and on stderr the warnings
+    no run may hide: a SuperNode key activated twice)."""
+    from fedkit_core.cli.display import event_line, print_run
+    from fedkit_core.results.schema import ACTIVATION
 
     if quiet:
+        for event in results.get("events", []):
+            if event.get("phase") == ACTIVATION:
+                err_console.print(event_line(event), soft_wrap=True)
         console.print(str(out))
         return
     print_run(console, results)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from fedkit_core.contract.messages import Message
 from fedkit_core.engines.checkpoint import RESUME_KEY, ServerCheckpoints
@@ -30,10 +30,13 @@ def drive(
     *,
     resume: bool,
     started: float,
+    before_write: Callable[[Server], None] | None = None,
 ) -> Results:
     """Set up ``server`` and its ``clients`` (from the last checkpoint with ``resume``), run
     the remaining rounds and return the results. ``started``: when the engine began
-    (``time.perf_counter()``), so that setting up counts in the run's wall time."""
+    (``time.perf_counter()``), so that setting up counts in the run's wall time;
+    ``before_write`` is called before each write of the results (after every round and at
+    the end), to add what the engine learnt meanwhile (a deployment's node events)."""
     store = (
         ServerCheckpoints(run_dir.checkpoint) if run_dir and server.config["checkpoint"] else None
     )
@@ -51,11 +54,15 @@ def drive(
     writer = ResultsWriter()
 
     def after_round(srv: Server) -> None:
+        if before_write is not None:
+            before_write(srv)
         if store is not None:
             store.save(srv)
         write_results("running", srv, plugin_set, run_dir, writer)
 
     server.run(transport, on_round=after_round)
+    if before_write is not None:
+        before_write(server)
     return finish_run(server, plugin_set, run_dir, writer)
 
 
@@ -107,6 +114,7 @@ def write_results(
         device=str(server.ctx.device),
         records=server.records,
         events=server.events,
+        nodes=server.nodes,
         wall_seconds=server.seconds,
         setup_bytes=server.setup_traffic,
         priors=server.ctx.priors,

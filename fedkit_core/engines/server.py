@@ -116,6 +116,9 @@ class Server:
         self.ctx = ServerContext(task, config, device)
         self.records: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
+        #: who served each client, as the engine knows it (results.json's ``nodes``; None:
+        #: the engine has no nodes to name, as the local one)
+        self.nodes: dict[str, Any] | None = None
         #: accepted edits of the config on resume: from which round on the run used which
         #: config (``fedkit resume --accept-edits``)
         self.config_edits: list[dict[str, Any]] = []

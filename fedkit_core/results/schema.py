@@ -11,7 +11,10 @@ nothing names the sampled clients), and on evaluated rounds ``evaluated`` (the s
 scopes absent), ``global``, ``clients``, ``clients_mean``, ``fairness``, ``summary``,
 ``views`` ({view: {"global", "clients"}}) on the test split plus the same under ``val``),
 ``privacy`` (a DP run's ``epsilon`` after the round, at ``delta``, and the mechanism's
-per-round values), ``setup_bytes``, ``events`` (client failures), ``priors`` (each server prior sent to the
+per-round values), ``setup_bytes``, ``events`` (client failures; on Flower also a refused
+second activation of a SuperNode key, ``phase`` ``activation``), ``nodes`` (Flower only:
+who served each client, see :func:`fedkit_core.engines.flower.activations.node_record`),
+``priors`` (each server prior sent to the
 clients at setup: ``shape``, ``dtype`` and the ``sha256`` of its bytes, so frozen knowledge
 such as FedCB's text statistics is identifiable) and ``final``. A reference run, not a
 method, says so in ``reference`` (``kind``: ``pooled``, centralised training on the union of
@@ -56,6 +59,9 @@ if TYPE_CHECKING:
     import torch
 
 SCOPES = ("global", "clients", "clients_mean", "fairness", "summary", "views")
+#: the ``phase`` of an event that is no client's failure but a warning to the operator: a
+#: refused second activation of a SuperNode's key (a Flower deployment; docs/engines.md)
+ACTIVATION = "activation"
 
 
 class Results(dict):
@@ -145,11 +151,12 @@ def build_results(
     normalisation: Mapping[str, Any] | None = None,
     config_edits: Sequence[Mapping[str, Any]] = (),
     unverified: Sequence[Mapping[str, Any]] = (),
+    nodes: Mapping[str, Any] | None = None,
 ) -> Results:
     """The results of a run: its config (with accepted edits, ``config_edits``: from which
     round on each edited config was used; resumes from checkpoint files without digests,
-    ``unverified``), task, per-round records, events and the final and best rounds'
-    scores."""
+    ``unverified``), task, per-round records, events, who served each client (``nodes``,
+    where the engine has nodes) and the final and best rounds' scores."""
     main = task["main_metric"]
     setup_bytes = dict(setup_bytes or {})
     final: dict[str, Any] = {
@@ -187,6 +194,7 @@ def build_results(
         rounds=list(records),
         setup_bytes=setup_bytes,
         events=list(events),
+        **({"nodes": dict(nodes)} if nodes is not None else {}),
         priors=prior_digests(priors or {}),
         normalisation=describe_normalisation(normalisation or {}),
         final=final,

@@ -71,6 +71,7 @@ def superlink_command(
     node_auth: bool | None = None,
     control_address: str | None = None,
     node_keys: Sequence[Path] = (),
+    node_log: Path | None = None,
 ) -> list[str]:
     """Flower's SuperLink, run by :mod:`.link`: the Fleet API (SuperNodes) on ``address``,
     the Control and Runtime APIs (run submission, node registration, the ServerApp) on
@@ -80,7 +81,8 @@ def superlink_command(
     plugins installed beside Flower, not a fresh environment. ``node_auth`` (default: on
     with TLS; Flower allows it only with TLS): only SuperNodes whose public keys are
     registered may join; ``node_keys``: files of the keys, fixed at start (no other node
-    can then be registered or a node unregistered while the SuperLink runs).
+    can then be registered or a node unregistered while the SuperLink runs); ``node_log``:
+    the folder of the log of their activations (default: a fresh private temporary one).
     """
     tls.check(server=True)
     if node_auth is None:
@@ -103,6 +105,10 @@ def superlink_command(
     command += ["--control", control_address]
     for path in node_keys:
         command += ["--node-keys", str(Path(path).resolve())]
+    if node_log is not None:
+        if not node_keys:
+            raise FedkitError("--node-log logs the activations of --node-keys: give those")
+        command += ["--node-log", str(Path(node_log).resolve())]
     command += ["--", "--disable-runtime-dependency-installation"]
     if tls.insecure:
         return [*command, "--insecure"]

@@ -22,8 +22,11 @@ With ``--node-keys FILE`` the SuperNodes' public keys are fixed at start: regist
 SuperLink's state before it serves (Flower 1.41 removed its ``--auth-list-public-keys``),
 named by each key's comment, and the Control API's ``register-node`` and
 ``unregister-node`` are refused on both addresses, so the set of nodes cannot change while
-the SuperLink runs. docs/engines.md ("Who can do what") says what each party can and
-cannot do with this in place.
+the SuperLink runs. Each activation of a fixed key is logged (node id, key name, peer
+address, time) and a second activation of an active key is a warning on the console and
+an event of the run (:mod:`.activations`; ``--node-log DIR`` chooses where the log goes).
+docs/engines.md ("Who can do what") says what each party can and cannot do with this in
+place.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import os
 import socket
 import sys
 from collections.abc import Sequence
@@ -188,13 +192,14 @@ def _address(text: str) -> tuple[str, int]:
 
 
 def main(argv: Sequence[str]) -> None:
-    """``link --fleet HOST:PORT --control HOST:PORT [--node-keys FILE]... -- FLOWER_ARGS``:
-    Flower's SuperLink with ``FLOWER_ARGS`` (``flower-superlink``'s, without ``--host``
-    and ``--port``), served as the module docstring says."""
+    """``link --fleet HOST:PORT --control HOST:PORT [--node-keys FILE]... [--node-log DIR]
+    -- FLOWER_ARGS``: Flower's SuperLink with ``FLOWER_ARGS`` (``flower-superlink``'s,
+    without ``--host`` and ``--port``), served as the module docstring says."""
     parser = argparse.ArgumentParser(prog="fedkit flower superlink")
     parser.add_argument("--fleet", required=True)
     parser.add_argument("--control", required=True)
     parser.add_argument("--node-keys", type=Path, action="append", default=[])
+    parser.add_argument("--node-log", type=Path, default=None)
     argv = list(argv)
     split = argv.index("--") if "--" in argv else len(argv)
     ours, flower_args = parser.parse_args(argv[:split]), argv[split + 1 :]
@@ -218,6 +223,12 @@ def main(argv: Sequence[str]) -> None:
     from flwr.superlink.main import create_app
     from starlette.middleware import Middleware
 
+    from fedkit_core.engines.flower.activations import (
+        NODE_LOG_ENV,
+        RecordActivations,
+        open_node_log,
+    )
+
     host, port = control
     sys.argv = ["flower-superlink", "--host", host, "--port", str(port), *flower_args]
     config = _parse_superlink_lifespan_config()  # Flower's own checks of its arguments
@@ -225,6 +236,14 @@ def main(argv: Sequence[str]) -> None:
     app.add_middleware(OperatorOnly, fleet_port=fleet[1], fixed_keys=bool(keys))  # outermost
     app.user_middleware.append(Middleware(OwnRepliesOnly))  # innermost: the request is parsed
     state = app.state.linkstate_factory.state()
+    node_log = None
+    if keys:  # the activations of the fixed keys; the SuperExec and ServerApps inherit the path
+        node_log = open_node_log(ours.node_log)
+        os.environ[NODE_LOG_ENV] = str(node_log)
+        names = {key: name for name, key in keys}
+        app.user_middleware.append(
+            Middleware(RecordActivations, log=node_log, names=names, state=state)
+        )
     for name, key in keys:  # before the SuperLink serves anyone
         state.create_node(NOOP_FLWR_AID, OPERATOR, key, HEARTBEAT_DEFAULT_INTERVAL, name=name)
     sockets = [_listener(*fleet), _listener(*control)]
@@ -242,7 +261,7 @@ def main(argv: Sequence[str]) -> None:
     print(
         f"SuperLink: SuperNodes (Fleet API) on {ours.fleet}; run submission, node "
         f"registration and ServerApps (Control and Runtime APIs) on {ours.control}"
-        + (f"; {len(keys)} SuperNode keys fixed" if keys else ""),
+        + (f"; {len(keys)} SuperNode keys fixed, activations logged to {node_log}" if keys else ""),
         flush=True,
     )
     server.run(sockets=sockets)

@@ -23,6 +23,7 @@ from fedkit_core.contract.data import TaskInfo
 from fedkit_core.contract.messages import Message
 from fedkit_core.contract.observer import Observer
 from fedkit_core.engines.driver import drive
+from fedkit_core.engines.flower.activations import NodeWatch, environment_log
 from fedkit_core.engines.flower.fast import fast_layer, retry_object_pulls_sooner
 from fedkit_core.engines.flower.node import CONFIG_KEY, OUT_KEY, TASK_KEY
 from fedkit_core.engines.flower.packing import pack, unpack
@@ -332,8 +333,18 @@ def serve(
         transport.fit_deadline = cfg["deadline"]
     server = Server(cfg, plugin_set, task, pick_device(cfg["device"]), observer, deployed)
     transport.setup_scalars = {TASK_KEY: json.dumps(task.to_dict())}
+    # who serves each client, and second activations of their keys, as the SuperLink saw them
+    watch = NodeWatch(transport.nodes, deployed, environment_log() if deployed else None)
+    watch(server)  # the ServerApp's log warns before the first round
     return drive(
-        server, transport, task.client_ids, plugin_set, run_dir, resume=resume, started=started
+        server,
+        transport,
+        task.client_ids,
+        plugin_set,
+        run_dir,
+        resume=resume,
+        started=started,
+        before_write=watch,
     )
 
 
