@@ -27,7 +27,7 @@ from fedkit_core.contract.data import CLASSIFICATION, Split, TaskData
 from fedkit_core.contract.options import Option
 from fedkit_core.errors import FedkitError
 from fedkit_core.tasks import fakes, files
-from fedkit_core.tasks.augment import AUGMENT_OPTION, attach
+from fedkit_core.tasks.augment import AUGMENT_OPTION, TRANSFORMS_OPTION, attach
 from fedkit_core.tasks.cache import CACHE_OPTION, cached
 from fedkit_core.tasks.spec import TaskSpec
 
@@ -44,7 +44,7 @@ FOLD = Option(
     choices=(0, 1, 2, 3, 4),
 )
 #: the ``task.*`` options of every class-folder task
-OPTIONS = (CACHE_OPTION, AUGMENT_OPTION, FOLD)
+OPTIONS = (CACHE_OPTION, AUGMENT_OPTION, TRANSFORMS_OPTION, FOLD)
 #: globs that show class folders of images are there (the tasks' ``markers``)
 MARKERS = ("*/*/*.jp*g", "*/*/*.png", "*/*/*/*.jp*g", "*/*/*/*.png")
 
@@ -107,7 +107,7 @@ def load(config: Config, spec: TaskSpec, layout: FolderSet) -> TaskData:
         )
 
     data = cached(spec.name, VERSION, base, inputs, params, build, opts["cache"])
-    return attach(data, opts["augment"])
+    return attach(data, opts["augment"], opts["transforms"])
 
 
 def split_dirs(

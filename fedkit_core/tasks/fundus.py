@@ -20,7 +20,7 @@ import torch
 from fedkit_core.config import Config
 from fedkit_core.contract.data import SEGMENTATION, SPLITS, Split, TaskData
 from fedkit_core.tasks import fakes, files
-from fedkit_core.tasks.augment import AUGMENT_OPTION, attach
+from fedkit_core.tasks.augment import AUGMENT_OPTION, TRANSFORMS_OPTION, attach
 from fedkit_core.tasks.cache import CACHE_OPTION, cached
 from fedkit_core.tasks.spec import SEGMENTATION_DEFAULTS, TaskSpec
 
@@ -39,7 +39,7 @@ SPEC = TaskSpec(
     description="four-site fundus optic disc/cup segmentation (Fed-LWR's RIF), 384 px",
     kind=SEGMENTATION,
     loader=f"{__name__}:load",
-    options=(CACHE_OPTION, AUGMENT_OPTION, files.PAIRING),
+    options=(CACHE_OPTION, AUGMENT_OPTION, TRANSFORMS_OPTION, files.PAIRING),
     defaults={**SEGMENTATION_DEFAULTS, "task.image_size": 384, "task.val_fraction": 0.2},
     needs_path=True,
     layout=(
@@ -83,7 +83,7 @@ def load(config: Config) -> TaskData:
         build,
         opts["cache"],
     )
-    return attach(data, opts["augment"])
+    return attach(data, opts["augment"], opts["transforms"])
 
 
 def _domains(folder: Path) -> list[Path]:

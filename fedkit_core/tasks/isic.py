@@ -20,7 +20,7 @@ import torch
 from fedkit_core.config import Config
 from fedkit_core.contract.data import CLASSIFICATION, Split, TaskData
 from fedkit_core.tasks import fakes, files
-from fedkit_core.tasks.augment import AUGMENT_OPTION, attach
+from fedkit_core.tasks.augment import AUGMENT_OPTION, TRANSFORMS_OPTION, attach
 from fedkit_core.tasks.cache import CACHE_OPTION, cached
 from fedkit_core.tasks.spec import TaskSpec
 
@@ -54,7 +54,7 @@ SPEC = TaskSpec(
     description="Fed-ISIC2019 dermoscopy, 8 classes, six centres with FLamby's split, 224 px",
     kind=CLASSIFICATION,
     loader=f"{__name__}:load",
-    options=(CACHE_OPTION, AUGMENT_OPTION),
+    options=(CACHE_OPTION, AUGMENT_OPTION, TRANSFORMS_OPTION),
     defaults={"task.image_size": 224},
     needs_path=True,
     layout=(
@@ -103,7 +103,7 @@ def load(config: Config) -> TaskData:
         return TaskData(kind=CLASSIFICATION, class_names=list(CLASSES), sites=sites)
 
     data = cached(SPEC.name, VERSION, base, [table, *paths], {"size": size}, build, opts["cache"])
-    return attach(data, opts["augment"])
+    return attach(data, opts["augment"], opts["transforms"])
 
 
 def _split_table(root: Path, base: Path) -> Path:

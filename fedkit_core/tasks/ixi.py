@@ -25,7 +25,7 @@ from fedkit_core.contract.data import SEGMENTATION, Normalizer, Split, TaskData
 from fedkit_core.contract.options import Option
 from fedkit_core.extras import require
 from fedkit_core.tasks import files
-from fedkit_core.tasks.augment import AUGMENT_OPTION, attach
+from fedkit_core.tasks.augment import AUGMENT_OPTION, TRANSFORMS_OPTION, attach
 from fedkit_core.tasks.cache import CACHE_OPTION, cached
 from fedkit_core.tasks.spec import SEGMENTATION_DEFAULTS, TaskSpec
 
@@ -41,6 +41,7 @@ SPEC = TaskSpec(
     options=(
         CACHE_OPTION,
         AUGMENT_OPTION,
+        TRANSFORMS_OPTION,
         Option("shape", "list[int]", [48, 60, 48], "volume size after resizing (FLamby's)"),
         Option("metadata", str, None, "FLamby's metadata_tiny.csv (default: found in task.path)"),
     ),
@@ -107,7 +108,7 @@ def load(config: Config) -> TaskData:
 
     data = cached(SPEC.name, VERSION, base, inputs, {"shape": shape}, build, opts["cache"])
     data.normalizer = Normalizer(mean=(0.0,), std=(1.0,))  # already z-scored per volume
-    return attach(data, opts["augment"])
+    return attach(data, opts["augment"], opts["transforms"])
 
 
 def _subjects(folder: Path) -> list[Path]:

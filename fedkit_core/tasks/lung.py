@@ -20,7 +20,7 @@ import torch
 from fedkit_core.config import Config
 from fedkit_core.contract.data import SEGMENTATION, Split, TaskData
 from fedkit_core.tasks import fakes, files
-from fedkit_core.tasks.augment import AUGMENT_OPTION, attach
+from fedkit_core.tasks.augment import AUGMENT_OPTION, TRANSFORMS_OPTION, attach
 from fedkit_core.tasks.cache import CACHE_OPTION, cached
 from fedkit_core.tasks.spec import SEGMENTATION_DEFAULTS, TaskSpec
 
@@ -35,7 +35,7 @@ SPEC = TaskSpec(
     description="2D lung segmentation in chest X-rays, Montgomery + Shenzhen (FedHelp), 256 px",
     kind=SEGMENTATION,
     loader=f"{__name__}:load",
-    options=(CACHE_OPTION, AUGMENT_OPTION),
+    options=(CACHE_OPTION, AUGMENT_OPTION, TRANSFORMS_OPTION),
     defaults={**SEGMENTATION_DEFAULTS, "task.image_size": 256},
     needs_path=True,
     layout=(
@@ -93,7 +93,7 @@ def load(config: Config) -> TaskData:
 
     inputs = [p for pair in pairs for p in pair]
     data = cached(SPEC.name, VERSION, base, inputs, {"size": size}, build, opts["cache"])
-    return attach(data, opts["augment"])
+    return attach(data, opts["augment"], opts["transforms"])
 
 
 def _folders(folder: Path) -> tuple[Path, Path] | None:

@@ -32,7 +32,7 @@ from fedkit_core.contract.options import Option
 from fedkit_core.errors import FedkitError
 from fedkit_core.extras import require
 from fedkit_core.tasks import fakes, files
-from fedkit_core.tasks.augment import AUGMENT_OPTION, attach
+from fedkit_core.tasks.augment import AUGMENT_OPTION, TRANSFORMS_OPTION, attach
 from fedkit_core.tasks.cache import CACHE_OPTION, cached
 from fedkit_core.tasks.spec import SEGMENTATION_DEFAULTS, TaskSpec
 
@@ -53,6 +53,7 @@ SPEC = TaskSpec(
     options=(
         CACHE_OPTION,
         AUGMENT_OPTION,
+        TRANSFORMS_OPTION,
         files.PAIRING,
         Option(
             "mask_foreground",
@@ -114,7 +115,7 @@ def load(config: Config) -> TaskData:
         return _task_data(decoded, opts["mask_foreground"], base)
 
     data = cached(SPEC.name, VERSION, base, inputs, params, build, opts["cache"])
-    return attach(data, opts["augment"])
+    return attach(data, opts["augment"], opts["transforms"])
 
 
 def _holds_sites(folder: Path) -> bool:

@@ -29,7 +29,7 @@ from fedkit_core.contract.data import CLASSIFICATION, Split, TaskData
 from fedkit_core.contract.options import Option
 from fedkit_core.errors import FedkitError
 from fedkit_core.tasks import fakes, files
-from fedkit_core.tasks.augment import AUGMENT_OPTION, attach
+from fedkit_core.tasks.augment import AUGMENT_OPTION, TRANSFORMS_OPTION, attach
 from fedkit_core.tasks.cache import CACHE_OPTION, cached
 from fedkit_core.tasks.spec import TaskSpec
 
@@ -47,6 +47,7 @@ SPEC = TaskSpec(
     options=(
         CACHE_OPTION,
         AUGMENT_OPTION,
+        TRANSFORMS_OPTION,
         Option("window", "list[float]", [40.0, 80.0], "DICOM window [centre, width] in HU"),
         Option("labels", str, None, "label csv (default: stage_2_train.csv in task.path)"),
         Option("images", str, None, "image folder (default: the one holding the images)"),
@@ -120,7 +121,7 @@ def load(config: Config) -> TaskData:
 
     params = {"size": size, "window": window}
     data = cached(SPEC.name, VERSION, folder, [table, *paths], params, build, opts["cache"])
-    return attach(data, opts["augment"])
+    return attach(data, opts["augment"], opts["transforms"])
 
 
 def _under(root: Path, given: str) -> Path:

@@ -69,3 +69,34 @@ def test_runs_with_transforms_repeat_per_seed_and_refuse_task_augment(tmp_path):
     assert first == second
     with pytest.raises(FedkitError, match="task.augment=true and task.transforms"):
         fedkit_core.run({**config, "task": {**config["task"], "augment": True}})
+
+
+#: FCA's augmentation (its paper: random rotation, horizontal and vertical flips, Gaussian
+#: blur), as benchmarks/results/isic2019.yaml gives it
+PAPER = [
+    {"name": "RandFlipd", "prob": 0.5, "spatial_axis": 0},
+    {"name": "RandFlipd", "prob": 0.5, "spatial_axis": 1},
+    {"name": "RandRotated", "prob": 1.0, "range_x": 3.1416, "padding_mode": "zeros"},
+    {"name": "RandGaussianSmoothd", "prob": 0.5, "sigma_x": [0.1, 1.0], "sigma_y": [0.1, 1.0]},
+]
+
+
+def test_the_file_tasks_with_task_augment_take_transforms_too(tmp_path):
+    """Fed-ISIC2019 (and every file task with task.augment) takes task.transforms: the
+    augmentation a paper states (FCA's rotation by any angle and blur), beyond flips."""
+    import importlib
+
+    from fedkit_core.tasks import isic
+
+    isic.write_fake(tmp_path / "isic", per_centre=4)
+    task = {"name": "isic2019", "path": str(tmp_path / "isic"), "image_size": 32}
+    config = resolve_config({"task": {**task, "cache": False, "transforms": PAPER}})[0]
+    data = isic.load(config)
+    assert data.augment is not None
+    x = torch.rand(4, 3, 32, 32)
+    out, _ = data.augment(x, torch.zeros(4, dtype=torch.long), torch.Generator().manual_seed(0))
+    assert out.shape == x.shape and not torch.equal(out, x)
+    for name in ("fundus", "prostate", "ixi", "rsna", "lung", "classfolders"):
+        module = importlib.import_module(f"fedkit_core.tasks.{name}")
+        options = module.SPEC.options if hasattr(module, "SPEC") else module.OPTIONS
+        assert "transforms" in {o.name for o in options}, name
