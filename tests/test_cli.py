@@ -293,7 +293,9 @@ def test_plugins_tasks_data_and_report_commands(tmp_path, tiny_yaml, capsys):
     assert "site0" in out and "fairness (bacc)" in out and "status complete" in out
     assert main(["report", str(run_dir), str(run_dir), "--out", str(tmp_path / "rep.png")]) == 0
     assert (tmp_path / "rep.png").is_file()
-    assert capsys.readouterr().out.count("fedavg") == 2  # a row per run
+    out = capsys.readouterr().out
+    parts = out.count("final round; clients")  # tables that fit the console side by side
+    assert parts >= 1 and out.count("fedavg") == 2 * parts  # a row per run in each
 
 
 def test_a_wide_comparison_is_printed_in_tables_that_fit_the_console():
@@ -312,6 +314,19 @@ def test_a_wide_comparison_is_printed_in_tables_that_fit_the_console():
         assert s in text
     parts = text.count("metric")
     assert parts > 1 and f"(1/{parts})" in text  # the first column repeated in every part
+
+
+def test_data_on_a_narrow_console_keeps_every_column(tmp_path, tiny_yaml, capsys, monkeypatch):
+    """Rich drops columns that do not fit (a piped `fedkit data` lost the client ids and a
+    class of Fed-ISIC2019's table): the class counts are split into tables that fit."""
+    from fedkit_core.cli.options import console
+
+    monkeypatch.setattr(console, "width", 30)
+    assert main(["data", "--config", str(tiny_yaml), "--out", str(tmp_path / "p.png")]) == 0
+    out = capsys.readouterr().out
+    for column in ("client", "train", "val", "test", "site0"):
+        assert column in out
+    assert "…" not in out and "(2/" in out
 
 
 @pytest.mark.slow

@@ -215,7 +215,7 @@ def compare(
     Precedence, the same for every key: command-line flags and --set, then a runspec's own
     YAML file, then --config, then the defaults."""
     from fedkit_core import api
-    from fedkit_core.cli.display import print_rows, rows_table
+    from fedkit_core.cli.display import print_rows
     from fedkit_core.comparison import compare, executor_for
     from fedkit_core.errors import FedkitError
     from fedkit_core.fileio import make_folder
@@ -308,7 +308,7 @@ def compare(
     if found.target is not None:
         from fedkit_core.results.timing import target_note, target_rows
 
-        console.print(rows_table(target_rows(found.target), target_note(found.target)))
+        print_rows(console, target_rows(found.target), target_note(found.target))
         console.print(f"score against time: [bold]{out / 'compare-time.png'}[/]")
     if not found.written:
         console.print(f"[yellow]note: {out} is read-only: the comparison was not written")
@@ -337,7 +337,7 @@ def report(
     ),
 ) -> None:
     """Re-plot and summarise one or several runs."""
-    from fedkit_core.cli.display import print_run, rows_table
+    from fedkit_core.cli.display import print_rows, print_run
     from fedkit_core.results.report import readable
     from fedkit_core.results.report import report as make_report
     from fedkit_core.results.schema import Results
@@ -347,7 +347,7 @@ def report(
         results = Results.load(run_dirs[0])
         readable(run_dirs[0], print_run, console, results)
     else:
-        console.print(rows_table(rows, "final round; clients: mean of the clients' test sets"))
+        print_rows(console, rows, "final round; clients: mean of the clients' test sets")
     for path in plots:
         console.print(f"plot: {path}")
     for note in notes:
@@ -405,6 +405,7 @@ def tasks() -> None:
 
 @app.command()
 def data(
+    plugin: list[str] = PluginOpt,
     task: str | None = TaskOpt,
     config: Path | None = ConfigOpt,
     set_: list[str] = SetOpt,
@@ -419,14 +420,16 @@ def data(
     figure_formats: str | None = FiguresOpt,
 ) -> None:
     """Show how the task's data is split into clients (class counts) and save a heatmap."""
-    from fedkit_core.cli.display import rows_table
+    from fedkit_core.cli.display import print_rows
     from fedkit_core.federation import prepare
     from fedkit_core.resolve import resolve_config
     from fedkit_core.results.plots import figure_target, plot_partition
     from fedkit_core.results.store import default_out
 
     formats = parse_formats(figure_formats)
-    layers = layers_of(config, [], task, set_, clients=clients, seed=seed, figure_formats=formats)
+    layers = layers_of(
+        config, plugin, task, set_, clients=clients, seed=seed, figure_formats=formats
+    )
     cfg, plugin_set = resolve_config(layers)
     target = figure_target(out, "partition") if out else None  # checked before loading data
     fed = prepare(cfg, plugin_set)
@@ -443,7 +446,7 @@ def data(
         for cid, c in fed.infos.items()
     ]
     unit = "pixels" if fed.task.kind == "segmentation" else "samples"
-    console.print(rows_table(rows, f"{cfg['task.name']}: training {unit} per class and client"))
+    print_rows(console, rows, f"{cfg['task.name']}: training {unit} per class and client")
     formats = cfg["figure_formats"]
     console.print(f"heatmap: {plot_partition(fed.task, fed.infos, path, formats)}")
     if len(formats) > 1:
