@@ -239,6 +239,7 @@ def fca_heads(method: Method, runs: Mapping[str, Sequence[Results]], where: Path
         for (cid, fed, own, d), p in zip(rows, adjusted)
     ]
     better = [cid for (cid, _, _, d), p in zip(rows, adjusted) if p < ALPHA and d["mean"] > 0]
+    worse = [cid for (cid, _, _, d), p in zip(rows, adjusted) if p < ALPHA and d["mean"] < 0]
     parts = []
     for spec in (method.baseline, method.method):
         seeds = runs.get(spec, [])
@@ -251,11 +252,23 @@ def fca_heads(method: Method, runs: Mapping[str, Sequence[Results]], where: Path
         "set, final round).** The paper's mechanism is that each client's personalised head "
         "specialises (it beats the federated head on the client's own data) while anchoring "
         f"keeps the federated head general. Here the personalised head is better in "
-        f"{len(better)} of {len(rows)} clients beyond seed noise (paired t-tests, Holm). "
+        f"{len(better)} of {len(rows)} clients beyond seed noise"
+        + (f" ({', '.join(better)})" if better else "")
+        + f" and worse in {len(worse)}"
+        + (f" ({', '.join(worse)})" if worse else "")
+        + " (paired t-tests, Holm). "
         "Generalisation (G, the global model's federated head on the pooled test set) and "
         "specialisation (S, mean over clients of the head each serves): " + "; ".join(parts) + ".",
         "",
         rows_markdown(table),
+        "Why a personalised head can lose to the federated one on its own client, measured "
+        "on these runs' checkpoints by `benchmarks/fca_heads.py` (docs/plugins/fca.md, "
+        "'Fed-ISIC2019: why the personalised head loses on some clients'): it keeps "
+        "predicting classes the client never trained on (balanced softmax leaves their rows "
+        "to weight decay), and S scores it with batch-norm statistics averaged over the "
+        "centres rather than the client's own; the script re-scores each head with either "
+        "corrected.",
+        "",
     ]
 
 
@@ -406,7 +419,8 @@ ISIC_RECIPE = (
     "outputs computed once per image (stage 6, the head convolution and the classifier train: "
     "0.9M of 3.4M parameters), FCA's augmentation (random flips, rotation by any angle, Gaussian "
     "blur; parameters in the config, the paper gives none) in 8 views per image computed "
-    "once, "
+    "once (by the first run of each seed and client, here FedAvg's and pooled's, whose times "
+    "include it; the others read them from disk), "
     "balanced softmax for every runspec, Adam 1e-3 (wd 5e-4, state kept per client), one "
     "local epoch of batch 32, 20 rounds with lr x0.1 at rounds 15 and 18 (the paper's 60 and "
     "70 of 80: three quarters of the rounds at the working rate), gradient norm clipped at 5."
@@ -437,15 +451,19 @@ METHODS = [
         "softmax) to 80.87. (Its Tables 1-2 are HyperKvasir: B-acc 59.15 -> 61.61 non-IID, "
         "where the paper claims no tail-accuracy gain over BSM-FL, 16.4 -> 16.2; the tail "
         "gain is IID only.)",
-        "The FCA setting above (the same FedAvg, pooled and solo runs), the prior a frozen "
-        "ImageNet EfficientNet-Lite0 (the only pretrained image encoder offline; the paper: "
-        "MoCo-v2 ResNet-50), the authors' normalised rescue factor (`fed-mas.rf=normalised`; "
+        "The FCA setting above without the frozen-trunk cache (`freeze_cache=off`): Fed-MAS's "
+        "prior reads the images, which the cache replaces, so both runspecs here compute "
+        "stages 0-5 every batch (still frozen) and train on fresh random augmentations, and "
+        "FedAvg is run again uncached beside it rather than taken from FCA's section (whose "
+        "runs see 8 fixed views per image). The prior is a frozen ImageNet "
+        "EfficientNet-Lite0 (the only pretrained image encoder offline; the paper: MoCo-v2 "
+        "ResNet-50), the rescue factor the authors' normalised one (`fed-mas.rf=normalised`; "
         "the paper's Eq. 3 is `raw`).",
         _cfg("isic2019"),
         "fedavg",
         "fed-mas",
         (Claim("final.global.bacc"),),
-        shares="fca",
+        sets=("freeze_cache=off",),
         mechanism=fedmas_weights,
     ),
     Method(
