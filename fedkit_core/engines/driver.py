@@ -5,8 +5,13 @@ round, write the final results and plots."""
 from __future__ import annotations
 
 import logging
+import platform
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy
+import torch
 
 from fedkit_core.contract.messages import Message
 from fedkit_core.engines.checkpoint import RESUME_KEY, ServerCheckpoints
@@ -122,10 +127,28 @@ def write_results(
         normalisation=server.normalisation,
         config_edits=server.config_edits,
         unverified=server.unverified,
+        environment=run_environment(),
     )
     if run_dir is not None:
         writer.write(run_dir, results)
     return results
+
+
+def run_environment() -> dict[str, Any]:
+    """What a run's numbers depend on besides its config, data and code (``results.json``
+    ``environment``): the versions of torch, numpy and Python, the CPU kernels torch
+    dispatches to and its intra-op thread count in this process. The same seed repeats a run
+    bit for bit only where these are the same: kernels sum in an order that depends on the
+    threads and the instruction set, and training carries a last-bit difference into the
+    third digit within tens of rounds (docs/plugins/fed-lwr.md, "Why FedAvg's numbers on
+    DRIVE + CHASE_DB1 moved")."""
+    return {
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "python": platform.python_version(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+    }
 
 
 def write_missing_outputs(run_dir: RunDir, results: Results) -> list[str]:

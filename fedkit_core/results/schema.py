@@ -22,6 +22,11 @@ the clients' data, or ``local``, each client alone; ``about``: what that means; 
 :data:`~fedkit_core.results.labels.REFERENCES`); a method's results have no such key.
 ``normalisation`` says how batch-norm layers were handled (``bn`` = ``average``, ``local``,
 ``mixed`` or ``none``, their number, and what the ``global`` view evaluated with).
+``environment`` names what the numbers depend on beyond the config, data and code: the
+``torch``, ``numpy`` and ``python`` versions, torch's ``cpu_capability`` (the instruction set
+its CPU kernels use) and ``threads`` (its intra-op threads in the process that wrote the
+results: after a resume, the resuming one's; client processes follow ``local.threads`` or
+``flower.client_cpus`` where set). The same seed gives the same numbers bit for bit only in the same environment.
 
 ``final`` holds the last round's (of a running run: the last round with test scores)
 ``global``, ``clients``, ``clients_mean``, ``fairness`` (``std`` and ``worst`` of the main
@@ -152,11 +157,13 @@ def build_results(
     config_edits: Sequence[Mapping[str, Any]] = (),
     unverified: Sequence[Mapping[str, Any]] = (),
     nodes: Mapping[str, Any] | None = None,
+    environment: Mapping[str, Any] | None = None,
 ) -> Results:
     """The results of a run: its config (with accepted edits, ``config_edits``: from which
     round on each edited config was used; resumes from checkpoint files without digests,
     ``unverified``), task, per-round records, events, who served each client (``nodes``,
-    where the engine has nodes) and the final and best rounds' scores."""
+    where the engine has nodes), what the numbers depend on beyond these (``environment``)
+    and the final and best rounds' scores."""
     main = task["main_metric"]
     setup_bytes = dict(setup_bytes or {})
     final: dict[str, Any] = {
@@ -191,6 +198,7 @@ def build_results(
         plugins=dict(plugins),
         task=dict(task),
         device=device,
+        **({"environment": dict(environment)} if environment is not None else {}),
         rounds=list(records),
         setup_bytes=setup_bytes,
         events=list(events),
