@@ -32,13 +32,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import warnings
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import torch
-from sklearn.metrics import balanced_accuracy_score
 
 from fedkit_core.contract.messages import Message
 from fedkit_core.contract.observer import Observer
@@ -46,6 +44,7 @@ from fedkit_core.engines.client import ClientRuntime
 from fedkit_core.engines.server import Server
 from fedkit_core.engines.snapshot import restore_client
 from fedkit_core.federation import prepare
+from fedkit_core.metrics.classification import balanced_accuracy
 from fedkit_core.resolve import resolve_config
 
 PERSONAL = "fca_personal"
@@ -143,13 +142,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="FCA run folders (with checkpoint/)")
     args = parser.parse_args()
-    warnings.filterwarnings("ignore", "y_pred contains classes not in y_true")
     per_run = []
     for run in args.runs:
         per_run.append(measure(run))
         results = json.loads((run / "results.json").read_text())["final"]["views"]
         for cid, m in per_run[-1].items():
-            mine = {k: balanced_accuracy_score(m["y"], m[k]) for k in ("fed@G", "pers@G")}
+            mine = {k: balanced_accuracy(m["y"], m[k]) for k in ("fed@G", "pers@G")}
             saved = {
                 "fed@G": results["global"]["clients"][cid]["bacc"],
                 "pers@G": results["personal"]["clients"][cid]["bacc"],
@@ -171,10 +169,7 @@ def main() -> None:
     print(f"\nbACC on the client's test set, mean over {len(per_run)} runs")
     print(f"{'client':20s} " + " ".join(f"{k:>11s}" for k in kinds))
     for cid in per_run[0]:
-        row = [
-            np.mean([balanced_accuracy_score(r[cid]["y"], r[cid][k]) for r in per_run])
-            for k in kinds
-        ]
+        row = [np.mean([balanced_accuracy(r[cid]["y"], r[cid][k]) for r in per_run]) for k in kinds]
         print(f"{cid:20s} " + " ".join(f"{v:11.3f}" for v in row))
     for cid in per_run[0]:
         _per_class(cid, [r[cid] for r in per_run])
