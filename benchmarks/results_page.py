@@ -48,7 +48,7 @@ from fedkit_core.fileio import write_text
 from fedkit_core.metrics.paired import MIN_SEEDS_SIGNIFICANT, paired_difference
 from fedkit_core.parallel import Executor
 from fedkit_core.results.clients import client_values, clients_section, gain_rows, score_rows
-from fedkit_core.results.compare import Comparison, diff_rows, runspec_label
+from fedkit_core.results.compare import ENVIRONMENTS_DIFFER, Comparison, diff_rows, runspec_label
 from fedkit_core.results.compare import metric_label as label
 from fedkit_core.results.convergence import convergence_note
 from fedkit_core.results.schema import Results
@@ -1008,6 +1008,11 @@ def section(
         "",
         f"![validation curves]({figure.relative_to('docs')})",
         "",
+        *(
+            [f"**Warning: {ENVIRONMENTS_DIFFER}.** " + "; ".join(found.environments) + ".", ""]
+            if found.environments
+            else []
+        ),
         f"Paired differences to {method.baseline} (runspec minus {method.baseline}, seed by "
         "seed; * in the per-client tables: significant, unadjusted):",
         "",

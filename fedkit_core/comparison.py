@@ -32,6 +32,7 @@ from fedkit_core.results.clients import CLIENTS, clients_section, default_refere
 from fedkit_core.results.compare import (
     CONVERGENCE,
     DIFF,
+    ENVIRONMENTS_DIFFER,
     MANIFEST,
     REFERENCES_KEY,
     RESERVED,
@@ -40,6 +41,7 @@ from fedkit_core.results.compare import (
     Comparison,
     aggregate,
     bn_policy,
+    environment_differences,
     paired_table,
     runspec_label,
     runspec_layers,
@@ -268,6 +270,7 @@ def compare(
     converged = {spec: convergence(seeds_runs) for spec, seeds_runs in runs.items()}
     bn = {spec: bn_policy(seeds_runs[0]) for spec, seeds_runs in runs.items()}
     times = timing.target_table(runs, goal) if goal is not None else None
+    environments = environment_differences(runs)
     found = Comparison(
         table,
         main,
@@ -281,14 +284,17 @@ def compare(
         written,
         differences,
         reused,
+        environments,
     )
     if not written:
         return found
     # the formats the comparison asks for; a reused run may have recorded others
     formats = next(iter(configs.values()))["figure_formats"]
     summary = {**table, **({DIFF: diff} if diff else {}), CLIENTS: clients}
-    if differences:
-        summary[WARNINGS] = [f"not paired: {d}" for d in differences]
+    warnings = [f"not paired: {d}" for d in differences]
+    warnings += [f"{ENVIRONMENTS_DIFFER}: {e}" for e in environments]
+    if warnings:
+        summary[WARNINGS] = warnings
     if times is not None:
         summary[TIME_TO_TARGET] = times
     write_json(
@@ -296,7 +302,18 @@ def compare(
         {**summary, REFERENCES_KEY: references, CONVERGENCE: converged},
     )
     write_summary(
-        out, table, runs, main, seeds, diff, references, clients, converged, formats, differences
+        out,
+        table,
+        runs,
+        main,
+        seeds,
+        diff,
+        references,
+        clients,
+        converged,
+        formats,
+        differences,
+        environments,
     )
     if times is not None:
         timing.write_target(out, runs, goal, times, formats)

@@ -133,3 +133,46 @@ def test_command_line_flags_win_over_a_runspec_file_as_set_does(tmp_path, capsys
     for label in ("fedavg", "spec"):
         results = json.loads((out / label / "seed0" / "results.json").read_text())
         assert results["config"]["clients"] == 3 and len(results["rounds"]) == 2
+
+
+def _run(seed: int, bacc: float, environment: dict | None = None) -> dict:
+    """A finished run's results.json, as little of it as ``compare`` reads."""
+    scopes = {"global": {"bacc": bacc}, "clients": {"a": {"bacc": bacc}}}
+    scopes["clients_mean"] = {"bacc": bacc}
+    return {
+        "config": {"plugins": [], "seed": seed},
+        "task": {"client_ids": ["a"], "main_metric": "bacc", "name": "t"},
+        "rounds": [{"round": 1, "evaluated": ["val", "test"], **scopes, "val": scopes}],
+        "final": {"round": 1, **scopes, "summary": {}, "views": {}, "wall_seconds": 1.0},
+        **({"environment": environment} if environment else {}),
+    }
+
+
+def test_runs_of_different_environments_are_named_in_a_warning(tmp_path):
+    """Paired runs recorded under other threads or torch versions are compared with a warning
+    that names the key and the runs (the same seed repeats bit for bit in one environment
+    only); runs without the record, and runs that agree, raise none."""
+    import json
+
+    env = {"torch": "2.14.1", "numpy": "2.4.6", "python": "3.11.7", "threads": 1}
+    scores = {"fedavg": (0.5, 0.6, 0.55, 0.52), "fca": (0.55, 0.6, 0.6, 0.5)}
+    bare = {spec: [_run(s, v) for s, v in enumerate(vs)] for spec, vs in scores.items()}
+    assert compare.environment_differences(bare) == []  # not recorded: nothing to compare
+    runs = {spec: [_run(s, v, dict(env)) for s, v in enumerate(vs)] for spec, vs in scores.items()}
+    assert compare.environment_differences(runs) == []
+    runs["fca"][1]["environment"]["threads"] = 2
+    assert compare.environment_differences(runs) == [
+        "threads: 1 (fedavg seed 0, fedavg seed 1, fedavg seed 2, ...); 2 (fca seed 1)"
+    ]
+
+    found = comparison.compare(
+        list(runs), seeds=range(4), out=tmp_path, run_one=lambda _l, _p, spec, s: runs[spec][s]
+    )
+    assert found.environments and not found.warnings
+    saved = json.loads((tmp_path / "compare.json").read_text())
+    assert saved["warnings"] == [f"{compare.ENVIRONMENTS_DIFFER}: {found.environments[0]}"]
+    assert (
+        (tmp_path / "compare.md")
+        .read_text()
+        .startswith(f"**Warning: {compare.ENVIRONMENTS_DIFFER}.** threads: 1")
+    )

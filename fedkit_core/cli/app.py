@@ -283,6 +283,8 @@ def compare(
     )
     for warning in found.warnings:
         console.print(f"[yellow]warning: not paired: {warning}[/]")
+    for warning in found.environments:
+        console.print(f"[yellow]warning: {cmp.ENVIRONMENTS_DIFFER}: {warning}[/]")
     if found.reused:  # said even with --quiet: these numbers were not computed now
         console.print(
             f"reused {found.reused} of {total} runs, found finished in {out} with the same "

@@ -148,6 +148,10 @@ TIME_TO_TARGET = "time_to_target"
 #: the compare.json key of the sentences saying what a comparison's runspecs do not share
 #: (``allow_unpaired``)
 WARNINGS = "warnings"
+#: how a warning about the runs' environments begins (console, compare.json, compare.md)
+ENVIRONMENTS_DIFFER = (
+    "the runs' environments differ, so the paired differences also hold the kernels' last-bit drift"
+)
 #: compare.json keys that are not runspecs
 RESERVED = (DIFF, CLIENTS, REFERENCES_KEY, CONVERGENCE, TIME_TO_TARGET, WARNINGS)
 #: the compared numbers where lower is better (all others: higher is better)
@@ -254,6 +258,8 @@ class Comparison:
     warnings: list[str] = field(default_factory=list)
     #: how many of the runs were found finished in their folders and reused, not run
     reused: int = 0
+    #: where the runs' recorded environments differ (:func:`environment_differences`)
+    environments: list[str] = field(default_factory=list)
 
     def rows(self) -> list[dict[str, str]]:
         """One row per compared number, one column per runspec (mean ± std), for a console;
@@ -311,6 +317,33 @@ def diff_rows(
         for c in columns
         if (d := row.get(c)) is not None
     ]
+
+
+def environment_differences(runs: Mapping[str, Sequence[Results]]) -> list[str]:
+    """One sentence per ``environment`` key (results.json: torch, numpy, Python, CPU kernels,
+    threads) on which the compared runs differ, naming which runs had which value. The same
+    seed repeats a run bit for bit only in one environment, so a paired difference between
+    runs of two environments also holds the kernels' last-bit drift, which grows to the third
+    digit within tens of rounds. Runs written before the environment was recorded are left
+    out (nothing to compare)."""
+    seen: dict[str, dict[str, list[str]]] = {}
+    for spec, results in runs.items():
+        for r in results:
+            env = r.get("environment")
+            if not env:
+                continue
+            where = f"{spec} seed {r['config'].get('seed')}"
+            for key, value in env.items():
+                seen.setdefault(key, {}).setdefault(str(value), []).append(where)
+    sentences = []
+    for key, values in sorted(seen.items()):
+        if len(values) > 1:
+            parts = [
+                f"{value} ({', '.join(where[:3])}{', ...' if len(where) > 3 else ''})"
+                for value, where in values.items()
+            ]
+            sentences.append(f"{key}: " + "; ".join(parts))
+    return sentences
 
 
 def bn_policy(results: Mapping[str, Any]) -> str:
@@ -399,6 +432,7 @@ def write_summary(
     converged: Mapping[str, Mapping[str, Any]] | None = None,
     formats: Sequence[str] = ("png",),
     differences: Sequence[str] = (),
+    environments: Sequence[str] = (),
 ) -> None:
     """``compare.md`` and ``compare.tex`` (the table and its notes, references marked;
     ``compare.md`` also the paired differences ``diff`` and the per-client tables of
@@ -415,6 +449,8 @@ def write_summary(
     headers = [metric_label(c) for c in columns]
     paragraphs = notes(table, main, seeds, views, references, bn)
     parts = [*paragraphs, markdown_table(table, columns, headers=headers, labels=labels)]
+    if environments:  # said before any number is read, like the unpaired keys below
+        parts.insert(0, f"**Warning: {ENVIRONMENTS_DIFFER}.** " + "; ".join(environments) + ".")
     if differences:  # allowed with --allow-unpaired: said before any number is read
         parts.insert(0, "**Warning: not paired.** " + "; ".join(differences) + ".")
     if converged:
