@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from fedkit_core import hookimpl, resume, run
+from fedkit_core.config import resolve as resolve_layers
 from fedkit_core.contract.data import CLASSIFICATION, TaskInfo
 from fedkit_core.contract.messages import Message
-from fedkit_core.config import resolve as resolve_layers
 from fedkit_core.engines.asynchronous import staleness_weight
 from fedkit_core.engines.modes import round_options
 from fedkit_core.engines.server import Server

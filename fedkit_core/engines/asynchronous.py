@@ -400,7 +400,9 @@ class Asynchronous(RoundMode):
     def _failed(
         self, server: Federation, rnd: int, cid: str, reply: Message, in_a_row: int
     ) -> None:
-        server.exchange.events.append({"round": rnd, "phase": "fit", "client": cid, "error": reply.error})
+        server.exchange.events.append(
+            {"round": rnd, "phase": "fit", "client": cid, "error": reply.error}
+        )
         if server.config["min_clients"] is None or in_a_row >= len(self.ids):
             if isinstance(reply.exception, FedkitError):
                 raise reply.exception

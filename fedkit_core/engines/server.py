@@ -40,7 +40,7 @@ from fedkit_core.engines.exchange import Exchange, Transport
 from fedkit_core.engines.model import build_model
 from fedkit_core.engines.modes import mode_class
 from fedkit_core.engines.selection import cohort_size, selection_rule
-from fedkit_core.engines.strategy import Strategy
+from fedkit_core.engines.strategy import Strategy, asker
 from fedkit_core.errors import FedkitError
 from fedkit_core.plugins import PluginSet
 from fedkit_core.privacy.layer import hides_sampling
@@ -167,13 +167,8 @@ class Server:
 
     def run(self, transport: Transport, on_round: Callable[[Server], None] | None = None) -> None:
         """Run rounds ``next_round .. rounds``; ``on_round`` is called after each (checkpoints).
-
-        With ``eval_with_fit`` (:class:`~fedkit_core.engines.evaluation.Evaluation`), a
-        round's evaluation goes to the clients with the next round's fit messages (one
-        exchange instead of two; a client evaluates the global model before it trains on
-        it, so the scores are the same), and the round is complete (recorded,
-        checkpointed, reported) once those replies are in, before the next round
-        aggregates. The last round evaluates on its own."""
+        A round whose evaluation travels with the next round's fit messages
+        (``eval_with_fit``) is complete once those replies are in (see :meth:`fit`)."""
         self._on_round = on_round
         self.observer.on_start(self.config["rounds"], self.next_round)
         while self.next_round <= self.strategy.last_round:
@@ -252,29 +247,8 @@ class Server:
     def asker(
         self, transport: Transport, rnd: int, default: list[str]
     ) -> Callable[..., dict[str, Reply]]:
-        """The ``ask`` of ``fedkit_aggregate``: a query to ``default`` clients (or those
-        named), as the strategy allows."""
-
-        def ask(
-            query: str,
-            arrays: Arrays | None = None,
-            scalars: dict | None = None,
-            clients: Sequence[str] | None = None,
-        ) -> dict[str, Reply]:
-            self.strategy.check_query(query)
-            targets = list(clients) if clients is not None else default
-            message = Message(
-                "query",
-                check_arrays(arrays or {}, query),
-                {**(scalars or {}), "query": query, "round": rnd},
-            )
-            self.observer.on_phase(rnd, query, 0, len(targets))
-            exchange = self.exchange
-            replies = exchange.send(transport, {cid: message for cid in targets})
-            ok = exchange.failures(query, rnd, replies, required=exchange.required(len(targets)))
-            return {cid: Reply(replies[cid].arrays, replies[cid].scalars) for cid in ok}
-
-        return ask
+        """The ``ask`` of ``fedkit_aggregate`` in round ``rnd`` (see :func:`asker`)."""
+        return asker(self.strategy, self.exchange, self.observer, transport, rnd, default)
 
     # ------------------------------------------------------------------ persistence
 

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from fedkit_core.contract.context import ServerContext
-from fedkit_core.contract.messages import Arrays, Message, Reply, Update, take_out
+from fedkit_core.contract.messages import Arrays, Message, Reply, Update, check_arrays, take_out
+from fedkit_core.contract.observer import Observer
 from fedkit_core.contract.protocol import PAYLOAD
 from fedkit_core.engines.exchange import Exchange, Transport
 from fedkit_core.engines.selection import SelectionRule, select
@@ -114,6 +115,38 @@ class Strategy:
 
     def restore(self) -> None:
         """Take up the state the server's context holds after a resume."""
+
+
+def asker(
+    strategy: Strategy,
+    exchange: Exchange,
+    observer: Observer,
+    transport: Transport,
+    rnd: int,
+    default: list[str],
+) -> Callable[..., dict[str, Reply]]:
+    """The ``ask`` an aggregator gets in round ``rnd``: one extra message to the clients
+    ``default`` (or those it names), which ``strategy`` may refuse; their replies."""
+
+    def ask(
+        query: str,
+        arrays: Arrays | None = None,
+        scalars: dict | None = None,
+        clients: Sequence[str] | None = None,
+    ) -> dict[str, Reply]:
+        strategy.check_query(query)
+        targets = list(clients) if clients is not None else default
+        message = Message(
+            "query",
+            check_arrays(arrays or {}, query),
+            {**(scalars or {}), "query": query, "round": rnd},
+        )
+        observer.on_phase(rnd, query, 0, len(targets))
+        replies = exchange.send(transport, {cid: message for cid in targets})
+        ok = exchange.failures(query, rnd, replies, required=exchange.required(len(targets)))
+        return {cid: Reply(replies[cid].arrays, replies[cid].scalars) for cid in ok}
+
+    return ask
 
 
 def _update(cid: str, reply: Message) -> Update:
