@@ -58,6 +58,8 @@ class Wrapper:
         self.inner = inner
 
     def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (a copy being made): no delegation
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
 
