@@ -265,10 +265,9 @@ class Asynchronous(RoundMode):
 
     # ------------------------------------------------------------------ a round
 
-    def train(self, federation: Federation, transport: Transport, rnd: int) -> dict[str, Any]:
+    def train(self, server: Federation, transport: Transport, rnd: int) -> dict[str, Any]:
         """Run round ``rnd``'s client updates into the global model; the round's record."""
-        server = federation
-        federation.observer.on_phase(rnd, "train", 0, self.cohort)
+        server.observer.on_phase(rnd, "train", 0, self.cohort)
         channel = self._channel(server.exchange, transport)
         clock = server.exchange.clock
         applied: list[dict[str, Any]] = []
