@@ -24,7 +24,8 @@ from fedkit_core.errors import FedkitError, unknown
 #: the values of ``precision`` and ``data_on_device`` (see :mod:`fedkit_core.devices`)
 PRECISIONS = ("fp32", "bf16")
 PLACEMENTS = ("auto", "true", "false")
-#: the values of ``aggregation``: synchronous rounds, with a deadline, FedBuff, FedAsync
+#: the built-in values of ``aggregation`` (round modes, see engines/modes.py): synchronous
+#: rounds, with a deadline, FedBuff, FedAsync
 AGGREGATION_MODES = ("sync", "deadline", "fedbuff", "fedasync")
 #: the largest ``task.image_size``: a 3-channel float image of this side is 200 MB
 MAX_IMAGE_SIZE = 4096
@@ -119,7 +120,7 @@ CORE_OPTIONS: tuple[Option, ...] = (
         "client's state before it, before the client counts as failed for the round",
         **_NOT_NEGATIVE,
     ),
-    # simulated time and asynchronous aggregation (docs/hospitals.md)
+    # simulated time (docs/hospitals.md); how rounds proceed: engines/rounds.py
     Option(
         "sites",
         "dict",
@@ -127,56 +128,6 @@ CORE_OPTIONS: tuple[Option, ...] = (
         "site profiles for the virtual clock: a YAML file's path (examples/sites/) or the "
         "mapping itself; per client its compute speed, bandwidth, latency and availability. "
         "Records then hold simulated_seconds",
-    ),
-    Option(
-        "aggregation",
-        str,
-        "sync",
-        "sync: every sampled client each round; deadline: as sync, but updates arriving "
-        "after `deadline` seconds of simulated time are dropped; fedbuff: buffered "
-        "asynchronous (FedBuff, staleness-weighted); fedasync: every update mixed in as it "
-        "arrives (FedAsync). A round is as many client updates as sync samples",
-        choices=AGGREGATION_MODES,
-    ),
-    Option(
-        "deadline",
-        float,
-        None,
-        "aggregation=deadline: seconds a round waits for updates (simulated; real seconds "
-        "when deployed)",
-        gt=0,
-    ),
-    Option(
-        "async.concurrency",
-        int,
-        None,
-        "fedbuff/fedasync: clients training at once (default: the clients a sync round samples)",
-        min=1,
-    ),
-    Option(
-        "async.buffer",
-        int,
-        None,
-        "fedbuff: updates buffered per server update (default: async.concurrency)",
-        min=1,
-    ),
-    Option("async.server_lr", float, 1.0, "fedbuff: server learning rate", gt=0),
-    Option("async.alpha", float, 0.6, "fedasync: weight of an update mixed in", gt=0, max=1.0),
-    Option(
-        "async.staleness",
-        str,
-        "polynomial",
-        "weight of an update by its staleness s (server updates since its model): "
-        "polynomial (1 + s)^-a, or constant",
-        choices=("polynomial", "constant"),
-    ),
-    Option("async.exponent", float, 0.5, "a of the polynomial staleness weight", min=0.0),
-    Option(
-        "async.max_staleness",
-        int,
-        None,
-        "drop updates staler than this (default: none dropped)",
-        min=0,
     ),
     Option("local_epochs", int, 1, "local epochs per round", **_AT_LEAST_1),
     Option("batch_size", int, 32, "local training batch size", **_AT_LEAST_1),

@@ -26,6 +26,7 @@ from fedkit_core.contract.hookspecs import API_VERSION, Ask, hookimpl
 from fedkit_core.contract.messages import Arrays, Payload, Reply, Scalar, Update
 from fedkit_core.contract.options import Option
 from fedkit_core.contract.scope import plugin_scope
+from fedkit_core.engines.rounds import Federation, RoundMode
 from fedkit_core.engines.snapshot import read_snapshot
 from fedkit_core.errors import FedkitError
 from fedkit_core.losses import balanced_softmax_ce, dice_loss, log_prior
@@ -48,10 +49,12 @@ __all__ = [
     "ClientInfo",
     "Config",
     "FedModel",
+    "Federation",
     "FedkitError",
     "Option",
     "Payload",
     "Reply",
+    "RoundMode",
     "SEGMENTATION",
     "Scalar",
     "ServerContext",

@@ -21,7 +21,7 @@ from fedkit_core.config import CORE_OPTIONS, Choices, Config, load_yaml, merge, 
 from fedkit_core.contract.context import ServerContext
 from fedkit_core.contract.data import CLASSIFICATION, SEGMENTATION, TaskInfo
 from fedkit_core.contract.options import Option
-from fedkit_core.engines.asynchronous import check_aggregation
+from fedkit_core.engines.modes import check_aggregation, round_options
 from fedkit_core.engines.registry import engine_names, engine_options
 from fedkit_core.errors import FedkitError
 from fedkit_core.plugins import PluginSet
@@ -68,7 +68,7 @@ def _schema(chosen: Choices, extra: Mapping[str, Any] | None) -> _Schema:
     defaults = {**spec.defaults, **spec.partition_preset(chosen.preset)}
     engine = engine_options(chosen.engine)
     task_options = [o.renamed(f"task.{o.name}") for o in spec.options]
-    options = [*_core_options(), *task_options, *plugin_set.options(), *engine]
+    options = [*_core_options(), *round_options(), *task_options, *plugin_set.options(), *engine]
     return _Schema(names, plugin_set, spec, options, defaults)
 
 

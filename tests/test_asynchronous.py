@@ -8,9 +8,11 @@ import pytest
 import torch
 
 from fedkit_core import hookimpl, resume, run
+from fedkit_core.config import resolve as resolve_layers
 from fedkit_core.contract.data import CLASSIFICATION, TaskInfo
 from fedkit_core.contract.messages import Message
 from fedkit_core.engines.asynchronous import staleness_weight
+from fedkit_core.engines.modes import round_options
 from fedkit_core.engines.server import Server
 from fedkit_core.errors import FedkitError
 from fedkit_core.resolve import resolve_config
@@ -47,7 +49,7 @@ def server_of(**config) -> Server:
 
 def test_fedbuff_applies_staleness_weighted_changes_every_buffer():
     server = server_of(aggregation="fedbuff", rounds=6)
-    rounds = [server.asynchronous.train(server, Adding(), r) for r in range(1, 7)]
+    rounds = [server.mode.train(server, Adding(), r) for r in range(1, 7)]
     updates = [u for r in rounds for u in r["updates"]]
     assert [len(r["updates"]) for r in rounds] == [3] * 6  # a round: 3 updates
     assert all(r["server_updates"] == 1 for r in rounds)  # buffer = concurrency = 3
@@ -67,7 +69,7 @@ def test_fedasync_mixes_each_update_in_as_it_arrives():
     server = server_of(aggregation="fedasync", rounds=2)
     versions = [0.0]  # the global model after each server update
     for rnd in (1, 2):
-        record = server.asynchronous.train(server, Adding(), rnd)
+        record = server.mode.train(server, Adding(), rnd)
         assert record["server_updates"] == 3
         for u in record["updates"]:
             assert u["weight"] == pytest.approx(0.6 * (1 + u["staleness"]) ** -0.5)
@@ -78,7 +80,7 @@ def test_fedasync_mixes_each_update_in_as_it_arrives():
 
 def test_a_round_without_staleness_is_fedavg():
     server = server_of(aggregation="fedbuff", sites=None, rounds=1)
-    record = server.asynchronous.train(server, Adding(), 1)
+    record = server.mode.train(server, Adding(), 1)
     assert [u["staleness"] for u in record["updates"]] == [0, 0, 0]
     expected = sum(SIZE[c] * STEP[c] for c in IDS) / sum(SIZE.values())
     assert server.ctx.global_state["w"].tolist() == pytest.approx([expected] * 2)
@@ -99,7 +101,7 @@ def test_fedbuff_with_a_buffer_of_every_client_and_no_sites_is_fedavg_round_afte
     the model again: else the first to reply retrained the model of before the buffer its
     own reply completed (round 2 then held stale changes, applied twice)."""
     server = server_of(aggregation="fedbuff", sites=None, rounds=3)
-    records = [server.asynchronous.train(server, EqualAdding(), r) for r in (1, 2, 3)]
+    records = [server.mode.train(server, EqualAdding(), r) for r in (1, 2, 3)]
     assert [u["staleness"] for r in records for u in r["updates"]] == [0] * 9
     assert [u["version"] for r in records for u in r["updates"]] == [0] * 3 + [1] * 3 + [2] * 3
     step = sum(STEP.values()) / len(STEP)  # equal sizes: the replies arrive together
@@ -124,7 +126,7 @@ def test_fedasync_with_one_client_at_a_time_is_sequential_fedavg():
         rounds=2,
         **{"async": {"concurrency": 1, "alpha": 1.0, "staleness": "constant"}},
     )
-    records = [server.asynchronous.train(server, Halving(), r) for r in (1, 2)]
+    records = [server.mode.train(server, Halving(), r) for r in (1, 2)]
     updates = [u for r in records for u in r["updates"]]
     assert [u["staleness"] for u in updates] == [0] * 6
     x = 0.0
@@ -228,3 +230,16 @@ def test_a_runspec_part_naming_an_aggregation_mode_sets_it():
     assert runspec_layer("fedprox") == {"plugins": ["fedprox"]}
     with pytest.raises(FedkitError, match="two aggregation modes"):
         runspec_layer("fedbuff+fedasync")
+
+
+@pytest.mark.parametrize(
+    "key, good, bad, message",
+    [  # moved from test_config.py with the options, now declared beside the round modes
+        ("deadline", 1e-12, 0, "config key 'deadline' must be > 0, got 0"),
+        ("async.alpha", 1, 0, "config key 'async.alpha' must be > 0, got 0"),
+    ],
+)
+def test_the_round_keys_bounds_are_their_options(key, good, bad, message):
+    assert resolve_layers([{key: good}], round_options())[key] == good
+    with pytest.raises(FedkitError, match=message):
+        resolve_layers([{key: bad}], round_options())

@@ -176,8 +176,15 @@ def test_exclusive_hooks_are_declared_on_their_specs():
 def test_every_hook_takes_one_context_of_its_side():
     sides = {"server": "server", "client": "client", "ctx": "either"}
     for name, spec in inspect.getmembers(hookspecs, inspect.isfunction):
-        # the two hooks called outside any run: declaring options, adding CLI commands
-        if not name.startswith("fedkit_") or name in ("fedkit_options", "fedkit_register_commands"):
+        # the hooks that declare rather than act (options, CLI commands, selection rules and
+        # round modes: they are called before a run's contexts exist)
+        declaring = (
+            "fedkit_options",
+            "fedkit_register_commands",
+            "fedkit_register_selection_rules",
+            "fedkit_register_round_modes",
+        )
+        if not name.startswith("fedkit_") or name in declaring:
             continue
         params = list(inspect.signature(spec).parameters)
         contexts = [p for p in params if p in sides]

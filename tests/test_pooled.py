@@ -18,7 +18,7 @@ from fedkit_core.cli import main
 from fedkit_core.contract.context import ClientContext, batch_count
 from fedkit_core.contract.observer import Observer
 from fedkit_core.engines.pooled import TRAINER, round_steps
-from fedkit_core.engines.server import Server
+from fedkit_core.engines.scoring import Scoring
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import prepare
 from fedkit_core.resolve import resolve_config
@@ -105,7 +105,7 @@ def test_pooled_makes_the_federations_steps_each_round():
 
 def test_pooled_is_scored_on_the_test_sets_of_a_method_of_the_seed(monkeypatch):
     scored: list[dict[str, tuple[int, str]]] = []
-    scopes = Server._scopes
+    scopes = Scoring.scopes
 
     def spy(self, arrays, served, split):
         if split == "test":
@@ -117,7 +117,7 @@ def test_pooled_is_scored_on_the_test_sets_of_a_method_of_the_seed(monkeypatch):
             )
         return scopes(self, arrays, served, split)
 
-    monkeypatch.setattr(Server, "_scopes", spy)
+    monkeypatch.setattr(Scoring, "scopes", spy)
     fedavg = run(CONFIG)
     per_method = len(scored)
     pooled = run({**CONFIG, "pooled": True})

@@ -16,9 +16,11 @@ its own namespaces, whatever name the plugin was registered under.
 One round, in the order the hooks are called (see ``docs/architecture.md`` for a diagram)::
 
     once     server: fedkit_options, fedkit_check       (before any data is loaded)
+                     fedkit_register_selection_rules, fedkit_register_round_modes
                      fedkit_server_priors, fedkit_build_model + fedkit_extend_model
              client: fedkit_client_priors, fedkit_build_model + fedkit_extend_model
-    round    server: fedkit_select_clients, fedkit_configure_fit -> arrays + scalars go down
+    round    server: (the selection rule) fedkit_select_clients
+                     fedkit_configure_fit                -> arrays + scalars go down
              client: (global arrays loaded) fedkit_round_start
                      fedkit_param_groups, fedkit_optimizer (when an optimiser is made)
                      per batch: fedkit_task_loss + fedkit_loss_terms
@@ -208,6 +210,42 @@ def fedkit_select_clients(server: ServerContext, clients: Sequence[str]) -> Sequ
     (``sample_fraction`` of the clients, drawn from the seed and the round). The choice must
     follow from the seed, the round and ``server.state`` alone, so that a resumed run
     chooses as the uninterrupted one did (Cyclic's turns: one client per round).
+    """
+
+
+@hookspec
+def fedkit_register_selection_rules(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Add selection rules: who trains each round. Additive; called once per run.
+
+    Call ``register(name, rule)`` for each rule; a run chooses one with ``selection=name``
+    (the built-in ``sample`` asks :func:`fedkit_select_clients`, else draws
+    ``sample_fraction`` of the clients). ``rule(server, clients)`` gets the server's context
+    (``server.round`` set; ``server.config`` the run's config) and every client id of the
+    task, and returns the ids that train (at least one; they train in id order). The choice
+    must follow from the seed, the round and ``server.state`` alone, so that a resumed run
+    chooses as the uninterrupted one did. Under client-level DP at ``sample_fraction < 1``
+    the privacy layer's secret sample replaces the rule. A name registered twice, or an
+    unknown ``selection``, is an error listing the known rules.
+    """
+
+
+@hookspec
+def fedkit_register_round_modes(register: Callable[[str, type], None]) -> None:
+    """Add round modes: how rounds proceed. Additive; called once per run.
+
+    Call ``register(name, mode)`` with a subclass of :class:`fedkit_core.plugin.RoundMode`;
+    a run chooses one with ``aggregation=name`` (built in: ``sync``, ``deadline``,
+    ``fedbuff``, ``fedasync``). The mode is made once per run with the config, every client
+    id and the clients a synchronous round samples; its ``train(federation, transport,
+    rnd)`` trains one round into ``federation.ctx.global_state`` by asking the
+    :class:`fedkit_core.plugin.Federation` (``strategy.select``, ``fit_messages``, ``fit``,
+    ``exchange.failures``, ``strategy.updates``, ``strategy.aggregate``) and returns the
+    round's record (``round``, ``global``, ``clients`` and what it trained). What it keeps
+    between rounds goes in ``state()``/``restore()`` (checkpointed). Its class attributes
+    say whether it keeps simulated time, lets evaluation travel with fit messages, runs
+    with SecAgg+, and how many updates a round needs at least; ``check(config, plugins)``
+    refuses a run it cannot serve. A name registered twice, or an unknown ``aggregation``,
+    is an error listing the known modes.
     """
 
 

@@ -13,7 +13,7 @@ Both go through the method's own ``fedkit_aggregate``: each update is handed ove
 the current global state (FedBuff: ``x + w_k (x_k - x_v)``; FedAsync: the mix), so the
 built-in FedAvg gives exactly the rules above (FedBuff's buffer weighted by
 ``num_examples``) and a plugin's aggregator applies its own weighting to them. That holds
-only for aggregators that combine updates and nothing else: :func:`check_aggregation`
+only for aggregators that combine updates and nothing else: :func:`check_asynchronous`
 refuses plugins that answer queries (an extra round trip that needs every client of one
 round, such as Fed-LWR's) or whose aggregation has not declared ``fedkit_asynchronous =
 True``, with the reason (a plugin may also declare a text: its own reason).
@@ -33,7 +33,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -41,34 +41,57 @@ import torch
 from fedkit_core.config import Config
 from fedkit_core.contract.context import derive_seed
 from fedkit_core.contract.messages import Arrays, Message, Update
+from fedkit_core.contract.options import Option
+from fedkit_core.engines.clock import Clock
+from fedkit_core.engines.exchange import Exchange, Transport
+from fedkit_core.engines.rounds import Federation, RoundMode
 from fedkit_core.errors import ClientFailure, FedkitError
 from fedkit_core.plugins import PluginSet
 
-if TYPE_CHECKING:
-    from fedkit_core.engines.clock import Clock
-    from fedkit_core.engines.server import Server, Transport
-
-#: the asynchronous values of ``aggregation``
-ASYNCHRONOUS = ("fedbuff", "fedasync")
 #: the fit message's scalar that numbers a client's dispatches (its training is seeded by it)
 TRIP = "trip"
 
+#: the options of the asynchronous modes
+ASYNC_OPTIONS = (
+    Option(
+        "async.concurrency",
+        int,
+        None,
+        "fedbuff/fedasync: clients training at once (default: the clients a sync round samples)",
+        min=1,
+    ),
+    Option(
+        "async.buffer",
+        int,
+        None,
+        "fedbuff: updates buffered per server update (default: async.concurrency)",
+        min=1,
+    ),
+    Option("async.server_lr", float, 1.0, "fedbuff: server learning rate", gt=0),
+    Option("async.alpha", float, 0.6, "fedasync: weight of an update mixed in", gt=0, max=1.0),
+    Option(
+        "async.staleness",
+        str,
+        "polynomial",
+        "weight of an update by its staleness s (server updates since its model): "
+        "polynomial (1 + s)^-a, or constant",
+        choices=("polynomial", "constant"),
+    ),
+    Option("async.exponent", float, 0.5, "a of the polynomial staleness weight", min=0.0),
+    Option(
+        "async.max_staleness",
+        int,
+        None,
+        "drop updates staler than this (default: none dropped)",
+        min=0,
+    ),
+)
 
-def check_aggregation(config: Config, plugins: PluginSet) -> None:
-    """Refuse a run whose ``aggregation`` its settings or its method plugins do not allow,
-    saying why (called when a run's config is resolved, before any data is loaded)."""
+
+def check_asynchronous(config: Config, plugins: PluginSet) -> None:
+    """Refuse an asynchronous run that its privacy or its method plugins do not allow,
+    saying why."""
     mode = config["aggregation"]
-    if mode == "deadline" and config["deadline"] is None:
-        raise FedkitError("aggregation=deadline needs `deadline`: seconds a round waits")
-    if mode != "deadline" and config["deadline"] is not None:
-        raise FedkitError(f"`deadline` is for aggregation=deadline (aggregation is {mode})")
-    if mode != "sync" and config["secagg.enabled"]:
-        raise FedkitError(
-            f"aggregation={mode} cannot run with secure aggregation (secagg.enabled): SecAgg+ "
-            "sums one synchronous round's updates"
-        )
-    if mode not in ASYNCHRONOUS:
-        return
     if config["dp.level"] != "none":
         raise FedkitError(
             f"aggregation={mode} cannot run with differential privacy (dp.level="
@@ -130,15 +153,15 @@ class VirtualChannel:
     """Replies in simulated time: a message is delivered at once (its reply computed on the
     model it carries) and its reply kept until the clock reaches its arrival."""
 
-    def __init__(self, server: Server, transport: Transport, clock: Clock):
-        self.server, self.transport, self.clock = server, transport, clock
+    def __init__(self, exchange: Exchange, transport: Transport, clock: Clock):
+        self.exchange, self.transport, self.clock = exchange, transport, clock
         self.heap: list[tuple[float, int, str]] = []
         self.replies: dict[str, Message] = {}
         self.order = 0
 
     def dispatch(self, messages: dict[str, Message]) -> None:
         replies = self.transport.send(messages)
-        sizes = self.server.count(messages, replies)
+        sizes = self.exchange.count(messages, replies)
         clock = self.clock
         for cid, message in messages.items():
             reply = replies[cid]
@@ -174,17 +197,17 @@ class RealtimeChannel:
     """Replies in real time, through a transport that can push messages and pull the
     replies that have come (``push``/``pull``: the Flower engine's, over Flower's Grid)."""
 
-    def __init__(self, server: Server, transport: Any):
+    def __init__(self, exchange: Exchange, transport: Any):
         if not (hasattr(transport, "push") and hasattr(transport, "pull")):
             raise FedkitError(
                 f"asynchronous aggregation in real time needs a transport that pushes and "
                 f"pulls messages; {type(transport).__name__} cannot"
             )
-        self.server, self.transport = server, transport
+        self.exchange, self.transport = exchange, transport
         self.arrived: list[tuple[str, Message]] = []
 
     def dispatch(self, messages: dict[str, Message]) -> None:
-        self.server.count(messages, {})
+        self.exchange.count(messages, {})
         self.transport.push(messages)
 
     def peek(self) -> float:
@@ -194,7 +217,7 @@ class RealtimeChannel:
         while not self.arrived:
             self.arrived = self.transport.pull()
         cid, reply = self.arrived.pop(0)
-        self.server.count({}, {cid: reply})
+        self.exchange.count({}, {cid: reply})
         return cid, reply
 
     def state(self) -> dict[str, Any]:
@@ -203,16 +226,21 @@ class RealtimeChannel:
     def restore(self, state: Mapping[str, Any]) -> None: ...
 
 
-class AsynchronousRounds:
-    """FedBuff or FedAsync rounds of a :class:`~fedkit_core.engines.server.Server`."""
+class Asynchronous(RoundMode):
+    """Rounds of client updates applied as they arrive (FedBuff, FedAsync): a round is
+    ``cohort`` updates (the clients a synchronous round samples)."""
+
+    simulated = True
+    #: whether the global state each client in flight trains on is kept (FedBuff's
+    #: changes are taken from it)
+    keeps_bases = False
+    #: the factor of an update's staleness weight
+    mixing = 1.0
 
     def __init__(self, config: Config, client_ids: Sequence[str], cohort: int):
-        self.config = config
+        super().__init__(config, client_ids, cohort)
         self.mode = config["aggregation"]
-        self.ids = list(client_ids)
         self.position = {cid: k for k, cid in enumerate(self.ids)}
-        #: client updates per round: the clients a synchronous round samples
-        self.cohort = cohort
         self.concurrency = min(len(self.ids), config["async.concurrency"] or cohort)
         self.buffer_size = config["async.buffer"] or self.concurrency
         #: server updates so far (the global model's version)
@@ -231,12 +259,17 @@ class AsynchronousRounds:
         self.channel: Channel | None = None
         self._saved_channel: Mapping[str, Any] | None = None
 
+    @classmethod
+    def check(cls, config: Config, plugins: Any) -> None:
+        check_asynchronous(config, plugins)
+
     # ------------------------------------------------------------------ a round
 
-    def train(self, server: Server, transport: Transport, rnd: int) -> dict[str, Any]:
+    def train(self, server: Federation, transport: Transport, rnd: int) -> dict[str, Any]:
         """Run round ``rnd``'s client updates into the global model; the round's record."""
-        channel = self._channel(server, transport)
-        clock = server.clock
+        server.observer.on_phase(rnd, "train", 0, self.cohort)
+        channel = self._channel(server.exchange, transport)
+        clock = server.exchange.clock
         applied: list[dict[str, Any]] = []
         train: dict[str, dict[str, Any]] = {}
         failed_in_a_row = 0
@@ -260,7 +293,7 @@ class AsynchronousRounds:
             staleness = self.version - version
             limit = self.config["async.max_staleness"]
             if limit is not None and staleness > limit:
-                server.events.append(
+                server.exchange.events.append(
                     {
                         "round": rnd,
                         "phase": "fit",
@@ -271,8 +304,7 @@ class AsynchronousRounds:
                 )
                 continue
             weight = staleness_weight(self.config, staleness)
-            if self.mode == "fedasync":
-                weight *= self.config["async.alpha"]
+            weight *= self.mixing
             entry = {"client": cid, "version": version, "staleness": staleness}
             entry["weight"] = round(weight, 6)
             if clock is not None:
@@ -280,10 +312,7 @@ class AsynchronousRounds:
             applied.append(entry)
             train[cid] = {k: v for k, v in reply.scalars.items() if k != "num_examples"}
             update = Update(cid, reply.arrays, reply.scalars)
-            if self.mode == "fedasync":
-                self._mix(server, update, weight)
-            else:
-                self._buffer(server, update, version, weight)
+            self._apply(server, update, version, weight)
             self._prune()
         return {
             "round": rnd,
@@ -295,24 +324,24 @@ class AsynchronousRounds:
             "server_updates": self.version - updates_before,
         }
 
-    def _channel(self, server: Server, transport: Transport) -> Channel:
+    def _channel(self, exchange: Exchange, transport: Transport) -> Channel:
         if self.channel is None:
-            if server.clock is not None:
-                self.channel = VirtualChannel(server, transport, server.clock)
+            if exchange.clock is not None:
+                self.channel = VirtualChannel(exchange, transport, exchange.clock)
             else:
-                self.channel = RealtimeChannel(server, transport)
+                self.channel = RealtimeChannel(exchange, transport)
             if self._saved_channel is not None:
                 self.channel.restore(self._saved_channel)
         return self.channel
 
-    def _fill(self, server: Server, channel: Channel, rnd: int) -> float:
+    def _fill(self, server: Federation, channel: Channel, rnd: int) -> float:
         """Send the current model to idle clients until ``concurrency`` train (in simulated
         time only to sites that are up: the server knows which are connected); returns
         when the first idle site that is down comes back (``inf``: none)."""
         free = self.concurrency - len(self.flights)
         if free <= 0:
             return math.inf
-        clock = server.clock
+        clock = server.exchange.clock
         chosen: list[str] = []
         for cid in self._idle_in_random_order(free):  # the first `free` that are up
             if clock is None or clock.is_up(cid, clock.now):
@@ -340,7 +369,7 @@ class AsynchronousRounds:
             self.dispatched += 1
             messages[cid] = message
             self.flights[cid] = self.version
-        if self.mode == "fedbuff" and self.version not in self.bases:
+        if self.keeps_bases and self.version not in self.bases:
             self.bases[self.version] = dict(server.ctx.global_state)
         channel.dispatch(messages)
         return wake
@@ -367,40 +396,20 @@ class AsynchronousRounds:
         idle = [c for c in self.ids if c not in self.flights]
         yield from (idle[k] for k in rng.permutation(len(idle)))
 
-    def _failed(self, server: Server, rnd: int, cid: str, reply: Message, in_a_row: int) -> None:
-        server.events.append({"round": rnd, "phase": "fit", "client": cid, "error": reply.error})
+    def _failed(
+        self, server: Federation, rnd: int, cid: str, reply: Message, in_a_row: int
+    ) -> None:
+        server.exchange.events.append(
+            {"round": rnd, "phase": "fit", "client": cid, "error": reply.error}
+        )
         if server.config["min_clients"] is None or in_a_row >= len(self.ids):
             if isinstance(reply.exception, FedkitError):
                 raise reply.exception
             raise ClientFailure(cid, rnd, reply.error, bug=reply.bug) from reply.exception
 
-    # ------------------------------------------------------------------ server updates
-
-    def _buffer(self, server: Server, update: Update, version: int, weight: float) -> None:
-        base = self.bases[version]
-        change = {k: _difference(v, base[k]) * weight for k, v in update.arrays.items()}
-        self.buffer.append(Update(update.client_id, change, update.scalars))
-        if len(self.buffer) >= self.buffer_size:
-            current = server.ctx.global_state
-            rebased = [
-                Update(u.client_id, _shifted(current, u.arrays, 1.0), u.scalars)
-                for u in self.buffer
-            ]
-            new = server.aggregate(rebased, _no_queries(self.mode))
-            lr = self.config["async.server_lr"]
-            if lr != 1.0:
-                change = {k: new[k].double() - current[k].double() for k in current}
-                new = _shifted(current, change, lr)
-            server.ctx.global_state = new
-            self.buffer = []
-            self.version += 1
-
-    def _mix(self, server: Server, update: Update, weight: float) -> None:
-        current = server.ctx.global_state
-        change = {k: _difference(v, current[k]) for k, v in update.arrays.items()}
-        mixed = Update(update.client_id, _shifted(current, change, weight), update.scalars)
-        server.ctx.global_state = server.aggregate([mixed], _no_queries(self.mode))
-        self.version += 1
+    def _apply(self, server: Federation, update: Update, version: int, weight: float) -> None:
+        """Take in one ``update`` trained on ``version``, of staleness weight ``weight``."""
+        raise NotImplementedError
 
     def _prune(self) -> None:
         """Forget the global states no client in flight trains on any more."""
@@ -434,6 +443,48 @@ class AsynchronousRounds:
         self._saved_channel = state["channel"]
         if self.channel is not None and state["channel"] is not None:
             self.channel.restore(state["channel"])
+
+
+class FedBuff(Asynchronous):
+    """``aggregation=fedbuff``: staleness-weighted changes buffered, applied every
+    ``async.buffer`` updates (at ``async.server_lr``)."""
+
+    keeps_bases = True
+
+    def _apply(self, server: Federation, update: Update, version: int, weight: float) -> None:
+        base = self.bases[version]
+        change = {k: _difference(v, base[k]) * weight for k, v in update.arrays.items()}
+        self.buffer.append(Update(update.client_id, change, update.scalars))
+        if len(self.buffer) >= self.buffer_size:
+            current = server.ctx.global_state
+            rebased = [
+                Update(u.client_id, _shifted(current, u.arrays, 1.0), u.scalars)
+                for u in self.buffer
+            ]
+            new = server.strategy.aggregate(rebased, _no_queries(self.mode))
+            lr = self.config["async.server_lr"]
+            if lr != 1.0:
+                change = {k: new[k].double() - current[k].double() for k in current}
+                new = _shifted(current, change, lr)
+            server.ctx.global_state = new
+            self.buffer = []
+            self.version += 1
+
+
+class FedAsync(Asynchronous):
+    """``aggregation=fedasync``: every update mixed in as it arrives, at ``async.alpha``
+    times its staleness weight."""
+
+    def __init__(self, config: Config, client_ids: Sequence[str], cohort: int):
+        super().__init__(config, client_ids, cohort)
+        self.mixing = config["async.alpha"]
+
+    def _apply(self, server: Federation, update: Update, version: int, weight: float) -> None:
+        current = server.ctx.global_state
+        change = {k: _difference(v, current[k]) for k, v in update.arrays.items()}
+        mixed = Update(update.client_id, _shifted(current, change, weight), update.scalars)
+        server.ctx.global_state = server.strategy.aggregate([mixed], _no_queries(self.mode))
+        self.version += 1
 
 
 def _difference(value: torch.Tensor, base: torch.Tensor) -> torch.Tensor:

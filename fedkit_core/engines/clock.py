@@ -47,19 +47,19 @@ def default_profile() -> SiteProfile:
     return parse_sites({"profiles": {"default": {}}}).profiles["default"]
 
 
-def clock_for(config: Config, client_ids: Sequence[str]) -> Clock | None:
-    """The run's virtual clock: with ``sites`` (their profiles) or any aggregation other
-    than plain ``sync`` (every site the :func:`default_profile`); else none, and the run's
-    records are those of a run without one."""
+def clock_for(config: Config, client_ids: Sequence[str], simulated: bool) -> Clock | None:
+    """The run's virtual clock: with ``sites`` (their profiles) or a round mode that keeps
+    ``simulated`` time (every site the :func:`default_profile`); else none, and the run's
+    records are those of a run without one. A round waits ``deadline`` seconds at most
+    where that is set (only with ``aggregation=deadline``)."""
     spec = config["sites"]
-    if spec is None and config["aggregation"] == "sync":
+    if spec is None and not simulated:
         return None
     if spec is None:
         profiles = dict.fromkeys(client_ids, default_profile())
     else:
         profiles = parse_sites(spec).assign(client_ids, config["seed"])
-    deadline = config["deadline"] if config["aggregation"] == "deadline" else None
-    return Clock(profiles, config["seed"], config["local_epochs"], deadline)
+    return Clock(profiles, config["seed"], config["local_epochs"], config["deadline"])
 
 
 class Downtime:

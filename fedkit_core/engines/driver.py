@@ -123,7 +123,7 @@ def write_results(
         wall_seconds=server.seconds,
         setup_bytes=server.setup_traffic,
         priors=server.ctx.priors,
-        privacy=server.privacy.summary(server.records, server.ctx.states.get("dp", {})),
+        privacy=server.strategy.summary(server.records),
         normalisation=server.normalisation,
         config_edits=server.config_edits,
         unverified=server.unverified,

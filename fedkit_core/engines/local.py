@@ -27,7 +27,8 @@ from fedkit_core.engines.driver import drive
 from fedkit_core.engines.estimate import round_seconds, step_seconds
 from fedkit_core.engines.model import build_model
 from fedkit_core.engines.pool import ModelPool
-from fedkit_core.engines.server import Server, round_half_up
+from fedkit_core.engines.selection import round_half_up
+from fedkit_core.engines.server import Server
 from fedkit_core.engines.workers import (
     LocalTransport,
     WorkerTransport,

@@ -141,13 +141,13 @@ class PooledServer(Server):
         super().__init__(*args, **kwargs)
         self.sizes = dict(sizes)
         # evaluation cannot travel with fit messages: the clients receive none
-        self.eval_with_fit = False
+        self.evaluation.with_fit = False
 
     def setup_clients(self, transport: Transport, ids: Iterable[str]) -> None:
         """The clients, which only evaluate, as in every run; then the trainer."""
         super().setup_clients(transport, ids)
-        replies = self.send(transport, {TRAINER: Message("setup", self.ctx.priors)})
-        self._failures("setup", 0, replies, required=1)
+        replies = self.exchange.send(transport, {TRAINER: Message("setup", self.ctx.priors)})
+        self.exchange.failures("setup", 0, replies, required=1)
 
     def fit_messages(self, sampled: Sequence[str], rnd: int) -> dict[str, Message]:
         message = self.fit_message(TRAINER, rnd)

@@ -7,7 +7,8 @@ a membership-inference check (see docs/privacy.md).
 * :mod:`.checks`: the refusals, before any data is loaded;
 * :mod:`.accounting`: epsilon, calibration and budgets from Google's dp-accounting;
 * :mod:`.client_level`: DP-FedAvg's clipping, noise and adaptive clipping;
-* :mod:`.layer`: the server's privacy layer (what the Server asks each round);
+* :mod:`.layer`: the server's privacy mechanism (sampling, privatised updates, accounting);
+* :mod:`.rounds`: DP and SecAgg+ as wrappers around a round's strategy;
 * :mod:`.sample_level`: DP-SGD on each client through Opacus (ghost clipping or stored
   per-sample gradients);
 * :mod:`.bookkeeping`: ghost clipping in one backward pass on Opacus's hooks;

@@ -1,6 +1,7 @@
-"""The privacy layer of a run's server: what the :class:`~fedkit_core.engines.server.Server`
-asks of it each round (sampling, the fit message's scalars, the updates the aggregator may
-see, the round's accounting) and the mechanism it reports in ``final.privacy``.
+"""The privacy layer of a run's server: what its wrappers around the round's strategy
+(:mod:`.rounds`) ask of it each round (sampling, the fit message's scalars, the updates the
+aggregator may see, the round's accounting) and the mechanism it reports in
+``final.privacy``.
 
 Client level (``dp.level=client``): the clients clip their updates (``dp.clip`` in the fit
 message); the layer samples the clients and adds the noise to their sum from secret
