@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from fedkit_core.aggregation import average_entry, weighted_average
 from fedkit_core.config import Config
+from fedkit_core.contract.channels import INDIVIDUAL, QUERY, REPORT, Channel
 from fedkit_core.contract.context import ClientContext, ServerContext, derive_seed, lr_at
 from fedkit_core.contract.data import CLASSIFICATION, SEGMENTATION, Batch, ClientInfo, TaskInfo
 from fedkit_core.contract.hookspecs import API_VERSION, Ask, hookimpl
@@ -32,7 +33,6 @@ from fedkit_core.losses import balanced_softmax_ce, dice_loss, log_prior
 from fedkit_core.losses.weight_maps import weight_map, weight_maps
 from fedkit_core.models import build_model
 from fedkit_core.models.fedmodel import FedModel
-from fedkit_core.privacy.channels import INDIVIDUAL, QUERY, REPORT, Channel
 
 __all__ = [
     "API_VERSION",
