@@ -54,7 +54,7 @@ KNOWN_LAZY_CYCLES: dict[frozenset[str], str] = {
 }
 
 #: Cycles between folders still left (see the module docstring), each with why. A new one
-#: fails ``test_folders_are_layers``; one that is gone fails ``test_known_folder_cycles_still_exist``.
+#: fails ``test_folders_are_layers``; one gone fails ``test_known_folder_cycles_still_exist``.
 KNOWN_FOLDER_CYCLES: dict[frozenset[str], str] = {
     frozenset(
         {

@@ -42,7 +42,7 @@ from fedkit_core.config import Config
 from fedkit_core.contract.context import derive_seed
 from fedkit_core.contract.messages import Arrays, Message, Update
 from fedkit_core.errors import ClientFailure, FedkitError
-from fedkit_core.plugins import PluginSet
+from fedkit_core.plugin_manager import PluginSet
 
 if TYPE_CHECKING:
     from fedkit_core.engines.clock import Clock

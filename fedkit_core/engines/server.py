@@ -41,7 +41,7 @@ from fedkit_core.engines.model import build_model
 from fedkit_core.errors import ClientFailure, FedkitError, NoSpace
 from fedkit_core.metrics.fairness import fairness
 from fedkit_core.metrics.statistics import add_stats, predicted_classes
-from fedkit_core.plugins import BUILTINS, PluginSet
+from fedkit_core.plugin_manager import BUILTINS, PluginSet
 from fedkit_core.privacy.checks import declared_channels
 from fedkit_core.privacy.layer import (
     ALL_CLIENTS,

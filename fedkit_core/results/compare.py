@@ -25,7 +25,7 @@ from fedkit_core.config import AGGREGATION_MODES, load_yaml
 from fedkit_core.errors import FedkitError
 from fedkit_core.fileio import folder_name, write_text
 from fedkit_core.metrics.paired import paired_difference
-from fedkit_core.plugins import BUILTINS, installed
+from fedkit_core.plugin_manager import BUILTINS, installed
 from fedkit_core.privacy.runspec import method_and_dp
 from fedkit_core.results.clients import (
     CLIENTS,

@@ -31,7 +31,7 @@ from fedkit_core.engines.flower.records import MESSAGE_TYPES, from_records, to_r
 from fedkit_core.engines.server import Server
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import pick_device
-from fedkit_core.plugins import PluginSet
+from fedkit_core.plugin_manager import PluginSet
 from fedkit_core.resolve import resolve_config
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir
