@@ -1,7 +1,7 @@
 """Membership inference against the global model, with and without differential privacy, on
 real data: the anchor job (``benchmarks/anchor_job.py``: PneumoniaMNIST, 10 IID clients, its
 CNN and SGD) trained longer so that the plain model overfits, then the loss-threshold attack
-(:mod:`fedkit_core.privacy.attack`) on its training samples against the same number of
+(:mod:`fedkit_core.tools.attack`) on its training samples against the same number of
 held-out validation samples (drawn from the same pool as MedMNIST's training split).
 
 Variants: ``plain``; ``client`` (DP-FedAvg, noise calibrated to ``--epsilon``); ``sample``
@@ -67,7 +67,7 @@ def main() -> None:
     import torch
 
     from fedkit_core import run
-    from fedkit_core.privacy.attack import membership_auc
+    from fedkit_core.tools.attack import membership_auc
 
     torch.set_num_threads(anchor_job.THREADS)
     dp = {"dp.target_epsilon": args.epsilon, "dp.clip": 1.0}

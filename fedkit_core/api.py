@@ -24,7 +24,7 @@ from fedkit_core.engines.driver import write_missing_outputs
 from fedkit_core.engines.registry import get_engine
 from fedkit_core.errors import FedkitError, NoSpace, no_space
 from fedkit_core.fileio import write_text
-from fedkit_core.plugins import PluginSet
+from fedkit_core.plugin_manager import PluginSet
 from fedkit_core.resolve import ConfigLike, resolve_config
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir, write_json

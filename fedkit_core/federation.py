@@ -17,7 +17,7 @@ from fedkit_core.contract.data import ClientData, ClientInfo, TaskInfo
 from fedkit_core.devices import DataPlacement
 from fedkit_core.errors import FedkitError
 from fedkit_core.partitions import partition
-from fedkit_core.plugins import PluginSet
+from fedkit_core.plugin_manager import PluginSet
 from fedkit_core.tasks.loading import load_task
 
 

@@ -13,15 +13,32 @@ the modules behind these names may move between releases, these names do not::
     def fedkit_loss_terms(client: ClientContext, batch, outputs):
         ...  # client.options()["mu"]: this plugin's options, under its registered name
 
-The hooks themselves are documented in :mod:`fedkit_core.contract.hookspecs`.
+The hooks themselves are documented in :mod:`fedkit_core.contract.hookspecs`. A plugin's
+tests add :mod:`fedkit_core.testing`; nothing else of fedkit_core is for plugins
+(``tests/test_plugin_imports.py``). Importing this module loads neither the engines' client
+and server nor the results: :func:`markdown_table` (for a plugin's own table of a ``fedkit
+compare`` folder) loads the results when first used.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from fedkit_core.aggregation import average_entry, weighted_average
 from fedkit_core.config import Config
+from fedkit_core.contract.channels import INDIVIDUAL, QUERY, REPORT, Channel
 from fedkit_core.contract.context import ClientContext, ServerContext, derive_seed, lr_at
-from fedkit_core.contract.data import CLASSIFICATION, SEGMENTATION, Batch, ClientInfo, TaskInfo
+from fedkit_core.contract.data import (
+    CLASSIFICATION,
+    SEGMENTATION,
+    Batch,
+    ClientData,
+    ClientInfo,
+    Normalizer,
+    Split,
+    TaskInfo,
+)
 from fedkit_core.contract.hookspecs import API_VERSION, Ask, hookimpl
 from fedkit_core.contract.messages import Arrays, Payload, Reply, Scalar, Update
 from fedkit_core.contract.options import Option
@@ -33,7 +50,9 @@ from fedkit_core.losses import balanced_softmax_ce, dice_loss, log_prior
 from fedkit_core.losses.weight_maps import weight_map, weight_maps
 from fedkit_core.models import build_model
 from fedkit_core.models.fedmodel import FedModel
-from fedkit_core.privacy.channels import INDIVIDUAL, QUERY, REPORT, Channel
+
+if TYPE_CHECKING:
+    from fedkit_core.results.tables import markdown_table
 
 __all__ = [
     "API_VERSION",
@@ -46,11 +65,13 @@ __all__ = [
     "QUERY",
     "REPORT",
     "ClientContext",
+    "ClientData",
     "ClientInfo",
     "Config",
     "FedModel",
     "Federation",
     "FedkitError",
+    "Normalizer",
     "Option",
     "Payload",
     "Reply",
@@ -58,6 +79,7 @@ __all__ = [
     "SEGMENTATION",
     "Scalar",
     "ServerContext",
+    "Split",
     "TaskInfo",
     "Update",
     "average_entry",
@@ -68,9 +90,19 @@ __all__ = [
     "hookimpl",
     "log_prior",
     "lr_at",
+    "markdown_table",
     "plugin_scope",
     "read_snapshot",
     "weight_map",
     "weight_maps",
     "weighted_average",
 ]
+
+#: names loaded when first used, to keep this module light: name -> module
+_LAZY = {"markdown_table": "fedkit_core.results.tables"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'fedkit_core.plugin' has no attribute {name!r}")

@@ -24,7 +24,7 @@ from fedkit_core.contract.options import Option
 from fedkit_core.engines.modes import check_aggregation, round_options
 from fedkit_core.engines.registry import engine_names, engine_options
 from fedkit_core.errors import FedkitError
-from fedkit_core.plugins import PluginSet
+from fedkit_core.plugin_manager import PluginSet
 from fedkit_core.privacy.checks import check_privacy
 from fedkit_core.sites import load_sites
 from fedkit_core.tasks.registry import TaskSpec, get_task

@@ -6,15 +6,52 @@
 * :func:`tiny_npz` writes a small MedMNIST-style file; :func:`tiny_pretrained` a config
   training the offline ImageNet EfficientNet-Lite0 on it (needs ``fedkit[pretrained]``).
 * :class:`InterruptAfter` stops a run after a round, as Ctrl-C would (to test resuming).
+
+With :mod:`fedkit_core.plugin` this module is all a plugin's tests import of fedkit
+(``tests/test_plugin_imports.py`` checks it): beside the helpers above, the core's pieces a
+test drives directly, loaded when first used (:data:`TEST_SURFACE`): a run's config and
+plugins (:func:`resolve_config`, :class:`PluginSet`), its federation (:func:`prepare`), a
+party's model through the hooks (:func:`party_model`), one client (:class:`ClientRuntime`
+fed :class:`Message` objects), checkpoints, the task registry and a few builders.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 from typing import Any
 
 from fedkit_core.contract.observer import Observer
+
+#: name -> (module, attribute) of the core's pieces a plugin's tests may drive directly; the
+#: modules load on first use, so importing this module stays light
+TEST_SURFACE = {
+    "BUNDLED": ("fedkit_core.plugin_manager", "BUNDLED"),
+    "ClientCheckpoints": ("fedkit_core.engines.checkpoint", "ClientCheckpoints"),
+    "ClientFailure": ("fedkit_core.errors", "ClientFailure"),
+    "ClientRuntime": ("fedkit_core.engines.client", "ClientRuntime"),
+    "Message": ("fedkit_core.contract.messages", "Message"),
+    "PluginSet": ("fedkit_core.plugin_manager", "PluginSet"),
+    "ServerCheckpoints": ("fedkit_core.engines.checkpoint", "ServerCheckpoints"),
+    "all_tasks": ("fedkit_core.tasks.registry", "all_tasks"),
+    "fedkit_command": ("fedkit_core.cli", "main"),
+    "imagenet_weights_file": ("fedkit_core.models.imagenet", "weights_file"),
+    "load_yaml": ("fedkit_core.config", "load_yaml"),
+    "party_model": ("fedkit_core.engines.model", "build_model"),
+    "prepare": ("fedkit_core.federation", "prepare"),
+    "resolve_config": ("fedkit_core.resolve", "resolve_config"),
+    "unet": ("fedkit_core.models.networks", "unet"),
+    "write_fake_npz_seg": ("fedkit_core.tasks.npz_seg", "write_fake"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in TEST_SURFACE:
+        module, attribute = TEST_SURFACE[name]
+        return getattr(importlib.import_module(module), attribute)
+    raise AttributeError(f"module 'fedkit_core.testing' has no attribute {name!r}")
+
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fedkit_core import plugins
+from fedkit_core import plugin_manager
 from fedkit_core.cli import main
 from fedkit_core.resolve import resolve_config
 
@@ -57,7 +57,7 @@ def test_config_lists_every_key_with_type_default_and_help(capsys):
 
 
 def test_unknown_bundled_plugin_says_what_to_install(monkeypatch, capsys):
-    monkeypatch.setattr(plugins, "installed", dict)  # as on a core-only install
+    monkeypatch.setattr(plugin_manager, "installed", dict)  # as on a core-only install
     assert main(["config", "--plugin", "fed-mas"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "unknown plugin 'fed-mas'" in err

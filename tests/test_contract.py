@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -171,6 +173,17 @@ def test_exclusive_hooks_are_declared_on_their_specs():
         "fedkit_client_view",
         "fedkit_select_clients",
     }
+
+
+def documented_exclusive_hooks(doc: Path) -> set[str]:
+    """The hooks docs/architecture.md names in its "Exclusive hooks (...)" bullet."""
+    bullet = doc.read_text().split("* Exclusive hooks", 1)[1].split("\n* ", 1)[0]
+    return set(re.findall(r"`(fedkit_\w+)`", bullet))
+
+
+def test_the_architecture_doc_lists_the_exclusive_hooks_marked_on_the_specs():
+    doc = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+    assert documented_exclusive_hooks(doc) == set(hookspecs.EXCLUSIVE_HOOKS)
 
 
 def test_every_hook_takes_one_context_of_its_side():

@@ -99,6 +99,31 @@ def test_a_warm_supernode_on_another_flower_is_flowers_own_with_a_warning(
     assert len([r for r in caplog.records if "fast layer" in r.getMessage()]) == 1
 
 
+def test_a_superlink_on_another_flower_is_flowers_own_on_the_operator_address_only(
+    executed, monkeypatch, caplog, certs
+):
+    """fedkit's SuperLink (link.py) builds on Flower's internals, behind the fast layer's
+    release check: on another release it is Flower's public flower-superlink, serving
+    every API on one address, and that address is the operator's (fail closed)."""
+    from fedkit_core.engines.flower import fast, link
+
+    monkeypatch.setattr(fast, "flower_version", lambda: "1.43.0")
+    with caplog.at_level("WARNING", logger="fedkit"):
+        assert main(["flower", "superlink", "--insecure", "--address", "10.0.0.5:7000"]) == 0
+    (command,) = executed
+    assert command[0].endswith("flower-superlink")
+    assert (_value(command, "--host"), _value(command, "--port")) == ("127.0.0.1", "7001")
+    assert "10.0.0.5" not in " ".join(command) and "--insecure" in command
+    assert "--disable-runtime-dependency-installation" in command
+    assert [r for r in caplog.records if "flower-superlink" in r.getMessage()]
+    (certs / "nodes.pub").write_text("ecdsa-sha2-nistp384 AAAA hospital-0\n")
+    tls = ["--ca-cert", str(certs / "ca.crt"), "--cert", str(certs / "server.crt")]
+    tls += ["--key", str(certs / "server.key")]
+    assert main(["flower", "superlink", *tls, "--node-keys", str(certs / "nodes.pub")]) == 2
+    with pytest.raises(SystemExit, match="written for Flower"):
+        link.main(["--fleet", "127.0.0.1:7000", "--control", "127.0.0.1:7001"])
+
+
 # ---------------------------------------------------------------------- the SuperLink's gate
 
 

@@ -24,7 +24,7 @@ from fedkit_core.testing import tiny
 PROBE = """
 import json, sys
 import fedkit_core, fedkit_core.api, fedkit_core.cli
-from fedkit_core.plugins import installed
+from fedkit_core.plugin_manager import installed
 for entry_point in installed().values():
     entry_point.load()
 code = fedkit_core.cli.main(["run", "--config", sys.argv[1], "--out", sys.argv[2], "-q"])

@@ -22,7 +22,7 @@ from fedkit_core.engines.checkpoint import ServerCheckpoints
 from fedkit_core.errors import FedkitError
 from fedkit_core.models import build_model
 from fedkit_core.models.trunk import frozen_trunk
-from fedkit_core.plugins import PluginSet
+from fedkit_core.plugin_manager import PluginSet
 from fedkit_core.resolve import resolve_config
 from fedkit_core.testing import tiny_pretrained
 

@@ -415,7 +415,7 @@ def _fake_run(clients_mean: float, epsilon: float | None = None, pooled: float =
 def test_privacy_utility_compares_every_method_with_training_alone():
     """With solo among the runspecs, utility is the clients' mean for all (solo's scope) and
     each method, FedAvg included, is compared with training alone at every setting."""
-    from fedkit_core.privacy.report import markdown, privacy_utility
+    from fedkit_core.results.privacy import markdown, privacy_utility
 
     gain = [0.0, 0.01, 0.02, 0.01, 0.015]
     runs = {

@@ -1,4 +1,4 @@
-"""The membership-inference check (fedkit_core.privacy.attack): the loss-threshold attack's
+"""The membership-inference check (fedkit_core.tools.attack): the loss-threshold attack's
 AUC, and the attack run against a finished run's global model."""
 
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 
 from fedkit_core import run
 from fedkit_core.errors import FedkitError
-from fedkit_core.privacy.attack import attack_auc, membership_auc
 from fedkit_core.testing import tiny
+from fedkit_core.tools.attack import attack_auc, membership_auc
 
 
 def test_the_attack_scores_lower_losses_as_members():

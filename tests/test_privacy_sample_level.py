@@ -16,7 +16,7 @@ from fedkit_core.builtins.losses import fedkit_task_loss, task_loss_per_sample
 from fedkit_core.engines.checkpoint import ServerCheckpoints
 from fedkit_core.errors import FedkitError
 from fedkit_core.plugin import hookimpl
-from fedkit_core.plugins import PluginSet
+from fedkit_core.plugin_manager import PluginSet
 from fedkit_core.privacy.sample_level import PerSampleClipping
 from fedkit_core.testing import tiny, tiny_pretrained
 

@@ -361,7 +361,7 @@ def plugins() -> None:
     """List built-in and installed plugins, their versions and the hooks they implement."""
     from rich.table import Table
 
-    from fedkit_core.plugins import list_plugins
+    from fedkit_core.plugin_manager import list_plugins
 
     table = Table(title="fedkit plugins", title_justify="left")
     for column in ("name", "version", "source", "hooks"):

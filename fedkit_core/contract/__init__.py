@@ -7,6 +7,8 @@
   tasks and plugins
 * :mod:`~fedkit_core.contract.data`: the data a task hands over (splits, batches, task and
   client descriptions)
+* :mod:`~fedkit_core.contract.channels`: what a run sends beyond the model update, and
+  whether a private run may send it
 
 It depends on nothing in ``engines/`` or ``results/`` (``tests/test_layers.py``). Plugins
 import its public names from :mod:`fedkit_core.plugin`.

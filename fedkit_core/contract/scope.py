@@ -2,7 +2,7 @@
 
 Inside a hook, ``ctx.options()``, ``ctx.state`` and ``client.scratch`` belong to the plugin
 whose hook is running, under the name it was registered with; the plugin manager
-(:mod:`fedkit_core.plugins`) sets the scope around every hook call of a registered plugin,
+(:mod:`fedkit_core.plugin_manager`) sets the scope around every hook call of a registered plugin,
 and the contexts (:mod:`fedkit_core.contract.context`) read it.
 """
 

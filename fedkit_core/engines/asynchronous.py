@@ -46,7 +46,7 @@ from fedkit_core.engines.clock import Clock
 from fedkit_core.engines.exchange import Exchange, Transport
 from fedkit_core.engines.rounds import Federation, RoundMode
 from fedkit_core.errors import ClientFailure, FedkitError
-from fedkit_core.plugins import PluginSet
+from fedkit_core.plugin_manager import PluginSet
 
 #: the fit message's scalar that numbers a client's dispatches (its training is seeded by it)
 TRIP = "trip"

@@ -16,7 +16,7 @@ from fedkit_core.contract.options import Option
 if TYPE_CHECKING:
     from fedkit_core.config import Config
     from fedkit_core.contract.observer import Observer
-    from fedkit_core.plugins import PluginSet
+    from fedkit_core.plugin_manager import PluginSet
     from fedkit_core.results.schema import Results
     from fedkit_core.results.store import RunDir
 

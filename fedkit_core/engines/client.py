@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from fedkit_core.allocator import keep_freed_memory
 from fedkit_core.config import Config
+from fedkit_core.contract.channels import reserved
 from fedkit_core.contract.context import ClientContext, derive_seed
 from fedkit_core.contract.data import SEGMENTATION, Batch, ClientData, TaskInfo
 from fedkit_core.contract.messages import (
@@ -36,8 +37,7 @@ from fedkit_core.errors import FedkitError
 from fedkit_core.metrics.segmentation import per_sample_dice
 from fedkit_core.metrics.statistics import classification_stats, segmentation_stats
 from fedkit_core.models.fedmodel import FedModel
-from fedkit_core.plugins import PluginSet
-from fedkit_core.privacy.channels import reserved
+from fedkit_core.plugin_manager import PluginSet
 from fedkit_core.privacy.checks import declared_channels
 from fedkit_core.privacy.layer import client_reply, is_private, privatised_channels
 from fedkit_core.privacy.sample_level import DPSGD

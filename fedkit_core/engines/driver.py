@@ -17,7 +17,7 @@ from fedkit_core.contract.messages import Message
 from fedkit_core.engines.checkpoint import RESUME_KEY, ServerCheckpoints
 from fedkit_core.engines.server import Server, Transport
 from fedkit_core.fileio import write_text
-from fedkit_core.plugins import PluginSet
+from fedkit_core.plugin_manager import PluginSet
 from fedkit_core.results import figure_process
 from fedkit_core.results.plots import RUN_FIGURES, figure_formats, figure_paths, plot_run
 from fedkit_core.results.schema import Results, build_results, has_test, metrics_csv

@@ -38,7 +38,7 @@ from fedkit_core.engines.workers import (
 )
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import prepare
-from fedkit_core.plugins import PluginSet, installed
+from fedkit_core.plugin_manager import PluginSet, installed
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir
 

@@ -12,7 +12,7 @@ from fedkit_core.engines.asynchronous import ASYNC_OPTIONS, FedAsync, FedBuff
 from fedkit_core.engines.rounds import ROUND_OPTIONS, Deadline, RoundMode, Synchronous
 from fedkit_core.engines.selection import SELECTION_OPTIONS, cohort_size, selection_rule
 from fedkit_core.errors import FedkitError, unknown
-from fedkit_core.plugins import PluginSet
+from fedkit_core.plugin_manager import PluginSet
 
 #: the built-in round modes by their ``aggregation`` value
 BUILTIN_MODES: dict[str, type[RoundMode]] = {

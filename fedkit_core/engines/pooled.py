@@ -67,7 +67,7 @@ from fedkit_core.engines.server import Server, Transport
 from fedkit_core.engines.workers import LocalTransport
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import prepare
-from fedkit_core.plugins import PluginSet
+from fedkit_core.plugin_manager import PluginSet
 
 if TYPE_CHECKING:
     from fedkit_core.results.schema import Results

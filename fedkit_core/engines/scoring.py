@@ -16,7 +16,7 @@ from fedkit_core.contract.context import ServerContext
 from fedkit_core.errors import FedkitError
 from fedkit_core.metrics.fairness import fairness
 from fedkit_core.metrics.statistics import add_stats, predicted_classes
-from fedkit_core.plugins import BUILTINS
+from fedkit_core.plugin_manager import BUILTINS
 from fedkit_core.results.schema import CSV_COLUMNS
 
 log = logging.getLogger("fedkit")

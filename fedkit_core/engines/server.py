@@ -42,7 +42,7 @@ from fedkit_core.engines.modes import mode_class
 from fedkit_core.engines.selection import cohort_size, selection_rule
 from fedkit_core.engines.strategy import Strategy, asker
 from fedkit_core.errors import FedkitError
-from fedkit_core.plugins import PluginSet
+from fedkit_core.plugin_manager import PluginSet
 from fedkit_core.privacy.layer import hides_sampling
 from fedkit_core.privacy.rounds import private
 

@@ -23,7 +23,7 @@ from fedkit_core.contract.protocol import PAYLOAD
 from fedkit_core.engines.exchange import Exchange, Transport
 from fedkit_core.engines.selection import SelectionRule, select
 from fedkit_core.errors import FedkitError
-from fedkit_core.plugins import BUILTINS
+from fedkit_core.plugin_manager import BUILTINS
 
 
 class Strategy:

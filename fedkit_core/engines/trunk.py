@@ -48,7 +48,7 @@ from fedkit_core.errors import FedkitError
 from fedkit_core.fileio import write_torch
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.models.trunk import Trunk, frozen_trunk
-from fedkit_core.plugins import PluginSet
+from fedkit_core.plugin_manager import PluginSet
 from fedkit_core.tasks.cache import user_cache_dir
 
 log = logging.getLogger("fedkit")

@@ -1,19 +1,20 @@
-"""Privacy you can measure: differential privacy with accounting, secure aggregation, and
-a membership-inference check (see docs/privacy.md).
+"""Privacy you can measure: differential privacy with accounting and the checks of a private
+run (see docs/privacy.md). One layer of docs/architecture.md; what privacy touches on other
+layers lives there: the channels a run may send in :mod:`fedkit_core.contract.channels`,
+SecAgg+ beside the Flower engine (:mod:`fedkit_core.engines.flower.secure`), the
+privacy-utility summary with the results (:mod:`fedkit_core.results.privacy`), the
+membership-inference attack with the tools (:mod:`fedkit_core.tools.attack`).
 
-* :mod:`.options`: the ``dp.*`` and ``secagg.*`` config keys;
-* :mod:`.channels`: what a run sends beyond the model update, declared by plugins
-  (``fedkit_channels``) and refused in private runs unless privatised;
+* :mod:`.options`: the ``dp.*`` and ``secagg.*`` config keys, declared by the built-in
+  plugins :mod:`.dp` and :mod:`.secagg`;
 * :mod:`.checks`: the refusals, before any data is loaded;
 * :mod:`.accounting`: epsilon, calibration and budgets from Google's dp-accounting;
 * :mod:`.client_level`: DP-FedAvg's clipping, noise and adaptive clipping;
+* :mod:`.noise`: the noise streams (secret, or seeded for tests);
 * :mod:`.layer`: the server's privacy mechanism (sampling, privatised updates, accounting);
 * :mod:`.rounds`: DP and SecAgg+ as wrappers around a round's strategy;
 * :mod:`.sample_level`: DP-SGD on each client through Opacus (ghost clipping or stored
   per-sample gradients);
 * :mod:`.bookkeeping`: ghost clipping in one backward pass on Opacus's hooks;
-* :mod:`.secure`: Flower's SecAgg+ workflow and mod around fedkit's fit exchange;
-* :mod:`.runspec`, :mod:`.report`: ``dp(...)`` runspecs and the privacy-utility summary of
-  ``fedkit compare``;
-* :mod:`.attack`: a loss-threshold membership-inference attack on a global model.
+* :mod:`.runspec`: ``dp(...)`` runspecs of ``fedkit compare``.
 """

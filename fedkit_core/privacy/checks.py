@@ -6,9 +6,9 @@ from __future__ import annotations
 import importlib.util
 
 from fedkit_core.config import Config
+from fedkit_core.contract.channels import Channel, refusals
 from fedkit_core.contract.context import ServerContext
-from fedkit_core.plugins import BUILTINS, PluginSet
-from fedkit_core.privacy.channels import Channel, refusals
+from fedkit_core.plugin_manager import BUILTINS, PluginSet
 from fedkit_core.privacy.options import NONE, SAMPLE
 
 #: engines that carry secure aggregation

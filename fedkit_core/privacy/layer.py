@@ -27,10 +27,10 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
+from fedkit_core.contract.channels import DP_PREFIX, DP_SCALARS, undeclared
 from fedkit_core.contract.messages import Update
 from fedkit_core.errors import FedkitError
 from fedkit_core.privacy import accounting, client_level, noise
-from fedkit_core.privacy.channels import DP_PREFIX, DP_SCALARS, undeclared
 from fedkit_core.privacy.options import CLIENT, NONE, SAMPLE
 
 log = logging.getLogger("fedkit")

@@ -18,7 +18,7 @@ from fedkit_core.config import Config
 from fedkit_core.contract.context import ServerContext
 from fedkit_core.contract.messages import Message, Update, message_bytes
 from fedkit_core.errors import FedkitError
-from fedkit_core.plugins import PluginSet
+from fedkit_core.plugin_manager import PluginSet
 from fedkit_core.privacy.checks import declared_channels
 from fedkit_core.privacy.layer import (
     ALL_CLIENTS,
@@ -128,7 +128,7 @@ class DifferentialPrivacy(Wrapper):
 
 class SecureAggregation(Wrapper):
     """The fit exchange through the transport's SecAgg+ (see
-    :mod:`fedkit_core.privacy.secure`): the server gets each client's reply scalars and the
+    :mod:`fedkit_core.engines.flower.secure`): the server gets each client's reply scalars and the
     weighted mean of their updates, which the privacy layer turns into the one update the
     aggregator sees (privatised under client-level DP). It wraps :class:`DifferentialPrivacy`
     and answers for the updates in its place: the sum is all there is."""

@@ -208,7 +208,7 @@ class ClientAccountant:
 def loss_plugins(hook: Any) -> list[str]:
     """The active plugins that replace the built-in task loss or add loss terms (parameter
     terms or others)."""
-    from fedkit_core.plugins import BUILTINS
+    from fedkit_core.plugin_manager import BUILTINS
 
     impls = [*hook.fedkit_task_loss.get_hookimpls(), *hook.fedkit_loss_terms.get_hookimpls()]
     return sorted({impl.plugin_name for impl in impls if impl.plugin_name not in BUILTINS})

@@ -25,8 +25,7 @@ from fedkit_core.config import AGGREGATION_MODES, load_yaml
 from fedkit_core.errors import FedkitError
 from fedkit_core.fileio import folder_name, write_text
 from fedkit_core.metrics.paired import paired_difference
-from fedkit_core.plugins import BUILTINS, installed
-from fedkit_core.privacy.report import write_privacy_utility
+from fedkit_core.plugin_manager import BUILTINS, installed
 from fedkit_core.privacy.runspec import method_and_dp
 from fedkit_core.results.clients import (
     CLIENTS,
@@ -41,6 +40,7 @@ from fedkit_core.results.labels import (
     metric_name,
     value_range,
 )
+from fedkit_core.results.privacy import write_privacy_utility
 from fedkit_core.results.schema import Results
 from fedkit_core.results.tables import _cell, latex_table, markdown_table, rows_markdown
 

@@ -11,6 +11,7 @@ until it has finished. Nothing here imports ``flwr``.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -26,6 +27,8 @@ import tomli_w
 from fedkit_core.config import Config
 from fedkit_core.engines.flower.node import CONFIG_KEY, DATA_PATH_KEY, OUT_KEY, PARTITION_KEY
 from fedkit_core.errors import FedkitError
+
+log = logging.getLogger("fedkit")
 
 CONNECTION = "fedkit"  # the SuperLink connection's name in the generated Flower config
 
@@ -77,6 +80,13 @@ def superlink_command(
     the Control and Runtime APIs (run submission, node registration, the ServerApp) on
     ``control_address`` only (default: ``127.0.0.1``, the next port).
 
+    :mod:`.link` builds Flower's SuperLink application from Flower's modules, so it runs
+    only on the Flower releases the fast layer is written for (:mod:`.fast`). On another
+    release this is Flower's own ``flower-superlink`` (its public command, serving every API
+    on one address) on ``control_address``, where nothing reaches it but what the operator
+    chose, with a warning: the SuperNodes then need that address (``--control-address``),
+    and ``node_keys`` are refused (register nodes with ``flwr supernode register``).
+
     Runtime dependency installation stays off: the ServerApp must import the fedkit and
     plugins installed beside Flower, not a fresh environment. ``node_auth`` (default: on
     with TLS; Flower allows it only with TLS): only SuperNodes whose public keys are
@@ -101,15 +111,19 @@ def superlink_command(
         control_address = f"127.0.0.1:{port + 1}"
     if split_address(control_address)[1] == port:
         raise FedkitError("--control-address needs a port other than --address's")
-    command = [sys.executable, "-m", "fedkit_core.engines.flower.link", "--fleet", address]
-    command += ["--control", control_address]
-    for path in node_keys:
-        command += ["--node-keys", str(Path(path).resolve())]
-    if node_log is not None:
-        if not node_keys:
-            raise FedkitError("--node-log logs the activations of --node-keys: give those")
-        command += ["--node-log", str(Path(node_log).resolve())]
-    command += ["--", "--disable-runtime-dependency-installation"]
+    if node_log is not None and not node_keys:
+        raise FedkitError("--node-log logs the activations of --node-keys: give those")
+    if link_supported():
+        command = [sys.executable, "-m", "fedkit_core.engines.flower.link", "--fleet", address]
+        command += ["--control", control_address]
+        for path in node_keys:
+            command += ["--node-keys", str(Path(path).resolve())]
+        if node_log is not None:
+            command += ["--node-log", str(Path(node_log).resolve())]
+        command.append("--")
+    else:
+        command = public_superlink(address, control_address, bool(node_keys))
+    command.append("--disable-runtime-dependency-installation")
     if tls.insecure:
         return [*command, "--insecure"]
     if node_auth:
@@ -120,6 +134,42 @@ def superlink_command(
         *("--ssl-certfile", str(tls.cert)),
         *("--ssl-keyfile", str(tls.key)),
     ]
+
+
+def link_supported() -> bool:
+    """Whether :mod:`.link` (two addresses, fixed node keys) runs on the installed Flower:
+    the fast layer's release check (:func:`.fast.supported`)."""
+    from fedkit_core.engines.flower.fast import flower_version, supported
+
+    return supported(flower_version())
+
+
+def public_superlink(address: str, control_address: str, node_keys: bool) -> list[str]:
+    """Flower's own ``flower-superlink`` on ``control_address`` (every API on one address),
+    for a Flower release :mod:`.link` is not written for; a warning says what changes."""
+    from fedkit_core.engines.flower.fast import WRITTEN_FOR, flower_version
+
+    found = flower_version()
+    if node_keys:
+        raise FedkitError(
+            f"--node-keys needs fedkit's SuperLink, written for Flower {' and '.join(WRITTEN_FOR)}"
+            f" (found flwr {found}): drop --node-keys and register the SuperNodes with `flwr "
+            "supernode register` on the operator address, or install a Flower release it is "
+            "written for"
+        )
+    host, port = split_address(control_address)
+    log.warning(
+        "fedkit's SuperLink (two addresses, fixed node keys) is written for Flower %s, found "
+        "flwr %s: running Flower's own flower-superlink, which serves the Fleet, Control and "
+        "Runtime APIs on one address, on the operator address %s only (not %s): SuperNodes "
+        "connect there, so give --control-address an address they reach only if they may "
+        "also submit runs and register nodes (docs/engines.md)",
+        " and ".join(WRITTEN_FOR),
+        found,
+        control_address,
+        address,
+    )
+    return [flower_command("flower-superlink"), "--host", host, "--port", str(port)]
 
 
 def supernode_command(

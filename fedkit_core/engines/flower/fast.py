@@ -14,6 +14,10 @@ behaviour may change in any release, so each is opt-in and asks :func:`fast_laye
 * ``fedkit flower supernode --warm``: one long-lived executor in place of Flower's
   SuperExec, wake-ups instead of polls (:mod:`.warm`).
 
+``fedkit flower superlink``'s two addresses and fixed node keys (:mod:`.link`) build
+Flower's SuperLink from its modules too, behind the same release check (:func:`supported`);
+elsewhere it is Flower's own ``flower-superlink`` (:func:`.deploy.public_superlink`).
+
 On a Flower release outside :data:`WRITTEN_FOR` :func:`fast_layer` says no, with one
 warning per process, and the run takes the public path (the Ray backend, Flower's own
 object pulls, Flower's plain SuperNode): the same results, more slowly.

@@ -27,6 +27,13 @@ address, time) and a second activation of an active key is a warning on the cons
 an event of the run (:mod:`.activations`; ``--node-log DIR`` chooses where the log goes).
 docs/engines.md ("Who can do what") says what each party can and cannot do with this in
 place.
+
+Flower has no public API for any of this (its ``flower-superlink`` serves one address and
+takes no middleware), so this module builds the SuperLink from Flower's modules
+(``_parse_superlink_lifespan_config``, ``create_app``, the app's ``linkstate_factory``)
+and runs only on the Flower releases the fast layer is written for (:func:`.fast.supported`):
+on any other, ``fedkit flower superlink`` runs Flower's own ``flower-superlink`` instead
+(:func:`.deploy.public_superlink`).
 """
 
 from __future__ import annotations
@@ -206,6 +213,14 @@ def main(argv: Sequence[str]) -> None:
     fleet, control = _address(ours.fleet), _address(ours.control)
     if fleet[1] == control[1]:
         raise SystemExit("error: the Fleet and the operator address need ports of their own")
+    from fedkit_core.engines.flower.fast import WRITTEN_FOR, flower_version, supported
+
+    if not supported(flower_version()):
+        raise SystemExit(
+            f"error: this SuperLink is written for Flower {' and '.join(WRITTEN_FOR)}, found "
+            f"flwr {flower_version()}: start it with `fedkit flower superlink`, which runs "
+            "Flower's own flower-superlink on this release"
+        )
     keys = read_keys(ours.node_keys)
     if keys and "--enable-supernode-auth" not in flower_args:
         raise SystemExit("error: --node-keys needs SuperNode authentication (TLS)")

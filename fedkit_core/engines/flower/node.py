@@ -67,11 +67,11 @@ from fedkit_core.engines.flower.records import (
     to_array_record,
     to_records,
 )
+from fedkit_core.engines.flower.secure import client_mod
 from fedkit_core.engines.isolation import Isolated, Stopped
 from fedkit_core.engines.snapshot import from_bytes, restore_client, to_bytes
 from fedkit_core.errors import FedkitError, failure_text, no_space
 from fedkit_core.federation import Federation, prepare
-from fedkit_core.privacy.secure import client_mod
 from fedkit_core.resolve import resolve_config
 
 #: run config keys of a deployed run (see deploy.py)
@@ -296,7 +296,7 @@ class ClientSide:
         return reply
 
     def secure_fit(self, message: Message, context: Context) -> Message:
-        """A fit message inside SecAgg+'s masking stage (see :mod:`fedkit_core.privacy.secure`)."""
+        """A fit message inside SecAgg+'s masking stage (see :mod:`fedkit_core.engines.flower.secure`)."""
         with self.lock:
             return self.handle("fit", message, context)
 

@@ -31,7 +31,7 @@ from fedkit_core.engines.flower.records import MESSAGE_TYPES, from_records, to_r
 from fedkit_core.engines.server import Server
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import pick_device
-from fedkit_core.plugins import PluginSet
+from fedkit_core.plugin_manager import PluginSet
 from fedkit_core.resolve import resolve_config
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir
@@ -106,9 +106,9 @@ class FlowerTransport:
         config: Config,
         global_state: dict[str, Any],
     ) -> tuple[dict[str, Message], Message]:
-        """The fit messages through Flower's SecAgg+ (:mod:`fedkit_core.privacy.secure`):
+        """The fit messages through Flower's SecAgg+ (:mod:`fedkit_core.engines.flower.secure`):
         each client's reply scalars (or failure) and the weighted mean of the updates."""
-        from fedkit_core.privacy.secure import secure_fit
+        from fedkit_core.engines.flower.secure import secure_fit
 
         by_node = {self.nodes[cid]: m for cid, m in messages.items()}
         replies, summed = secure_fit(self.grid, by_node, rnd, config, global_state)

@@ -54,7 +54,7 @@ from fedkit_core.engines.flower.serverapp import serve
 from fedkit_core.engines.workers import cpu_cores
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import prepare
-from fedkit_core.plugins import PluginSet
+from fedkit_core.plugin_manager import PluginSet
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir
 

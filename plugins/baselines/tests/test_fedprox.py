@@ -11,10 +11,8 @@ import torch
 from torch import nn
 
 from fedkit_core import run
-from fedkit_core.engines.checkpoint import ServerCheckpoints
 from fedkit_core.plugin import FedModel, plugin_scope
-from fedkit_core.plugins import BUNDLED
-from fedkit_core.testing import REPO_ROOT, tiny, tiny_seg
+from fedkit_core.testing import BUNDLED, REPO_ROOT, ServerCheckpoints, tiny, tiny_seg
 
 
 def test_proximal_term_matches_hand_computation_on_shared_parameters():

@@ -20,8 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from fedkit_core.plugin import FedkitError
-from fedkit_core.results import markdown_table
+from fedkit_core.plugin import FedkitError, markdown_table
 
 METRICS = ("bacc", "bauc")
 PARTS = ("G", "S", "G&S")

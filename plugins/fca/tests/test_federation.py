@@ -14,13 +14,16 @@ import torch
 from sklearn.metrics import balanced_accuracy_score, roc_auc_score
 
 from fedkit_core import hookimpl, resume, run
-from fedkit_core.engines.checkpoint import ClientCheckpoints, ServerCheckpoints
-from fedkit_core.engines.model import build_model
-from fedkit_core.errors import ClientFailure
-from fedkit_core.federation import prepare
 from fedkit_core.plugin import ClientContext
-from fedkit_core.resolve import resolve_config
-from fedkit_core.testing import tiny
+from fedkit_core.testing import (
+    ClientCheckpoints,
+    ClientFailure,
+    ServerCheckpoints,
+    party_model,
+    prepare,
+    resolve_config,
+    tiny,
+)
 
 PREFIX = f"extras.{fca.PERSONAL}."
 
@@ -159,7 +162,7 @@ def predictions(out):
     result = {}
     for cid, data in fed.clients.items():
         ctx = ClientContext(fed.task, cfg, torch.device("cpu"), client_id=cid, info=data.info())
-        model = build_model(plugin_set, ctx)
+        model = party_model(plugin_set, ctx)
         model.load_shared(server["global_state"])
         model.load_private(clients[cid]["private"])
         model.eval()

@@ -10,11 +10,8 @@ import torch
 from sklearn.metrics import balanced_accuracy_score
 
 from fedkit_core import hookimpl, run
-from fedkit_core.engines.model import build_model
-from fedkit_core.federation import prepare
 from fedkit_core.plugin import ClientContext
-from fedkit_core.resolve import resolve_config
-from fedkit_core.testing import tiny
+from fedkit_core.testing import party_model, prepare, resolve_config, tiny
 
 SITES = ("site0", "site1", "site2")
 
@@ -66,7 +63,7 @@ def client_scores(protocol, state_of, output):
     scores = {}
     for cid, data in fed.clients.items():
         ctx = ClientContext(fed.task, cfg, torch.device("cpu"), client_id=cid, info=data.info())
-        model = build_model(plugin_set, ctx)
+        model = party_model(plugin_set, ctx)
         shared, private = state_of(cid)
         model.load_shared(shared)
         model.load_private(private)

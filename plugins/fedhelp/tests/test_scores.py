@@ -8,9 +8,8 @@ import torch
 from fedkit_priors import Knowledge, save_knowledge
 
 from fedkit_core import run
-from fedkit_core.engines.client import ClientRuntime
 from fedkit_core.plugin import hookimpl
-from fedkit_core.testing import tiny
+from fedkit_core.testing import ClientRuntime, tiny
 
 
 @pytest.fixture

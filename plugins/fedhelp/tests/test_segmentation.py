@@ -6,8 +6,7 @@ import pytest
 from fedkit_priors import Knowledge, save_knowledge
 
 from fedkit_core import run
-from fedkit_core.engines.client import ClientRuntime
-from fedkit_core.testing import tiny_seg
+from fedkit_core.testing import ClientRuntime, tiny_seg
 
 
 @pytest.fixture

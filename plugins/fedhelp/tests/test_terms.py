@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedkit_core.contract.data import CLASSIFICATION
+from fedkit_core.plugin import CLASSIFICATION
 
 
 class _Lambda(nn.Module):

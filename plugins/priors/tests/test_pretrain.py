@@ -8,9 +8,9 @@ import pytest
 import torch
 from fedkit_priors.encoders import build_encoder, frozen_encoder
 
-from fedkit_core.cli import main
-from fedkit_core.errors import FedkitError
-from fedkit_core.models.networks import load_state_file
+from fedkit_core import load_state_file
+from fedkit_core.plugin import FedkitError
+from fedkit_core.testing import fedkit_command as main
 
 pytest.importorskip("lightly")
 

@@ -18,6 +18,15 @@ Precision: Flower quantises each weighted coordinate in ``[-clip_range, clip_ran
 secure mean differs from the plain one by about ``clip_range / quantization`` per
 coordinate; a client whose weighted update leaves the range, or whose weight exceeds
 ``max_weight``, fails with a message saying which key to raise.
+
+Flower's API for it: Flower 1.42 has SecAgg+ only as
+``flwr.server.workflow.SecAggPlusWorkflow`` and ``flwr.client.mod.secaggplus_mod`` (its
+Message-API strategies, ``flwr.serverapp``, have none). The workflow takes a ``flwr.server.LegacyContext`` around a ``Strategy`` and sends
+the strategy's ``FitIns`` as records through Flower's ``recorddict_compat``; the mod reads
+the masking stage's reply back through it as a ``FitRes``. So this module speaks that
+layout: the same converters, the workflow's state keys (``flwr.server.workflow.constant``)
+and the proxies its own default workflow hands the strategy (``GridClientProxy``), the
+modules the workflow and the mod import themselves.
 """
 
 from __future__ import annotations
@@ -33,9 +42,8 @@ from flwr.client.mod import secaggplus_mod
 from flwr.common import Code, FitIns, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 from flwr.compat.common import recorddict_compat as compat
-from flwr.server.client_manager import SimpleClientManager
+from flwr.server import LegacyContext, SimpleClientManager
 from flwr.server.compat.grid_client_proxy import GridClientProxy
-from flwr.server.compat.legacy_context import LegacyContext
 from flwr.server.strategy import Strategy
 from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD

@@ -33,8 +33,8 @@ BUILTINS = {
     "models": "fedkit_core.builtins.models",
     "training": "fedkit_core.builtins.training",
     "evaluation": "fedkit_core.builtins.evaluation",
-    "dp": "fedkit_core.builtins.dp",
-    "secagg": "fedkit_core.builtins.secagg",
+    "dp": "fedkit_core.privacy.dp",
+    "secagg": "fedkit_core.privacy.secagg",
 }
 
 #: Plugins in fedkit's source tree that are packages of their own: name -> folder to install.

@@ -3,7 +3,7 @@ epsilon it spent, and the epsilon at which it stops beating FedAvg and, with ``s
 the runspecs, training alone.
 
 Runspecs are grouped by method (the runspec without its ``dp(...)`` term, see
-:mod:`.runspec`); a method's run at a privacy setting is compared seed by seed with FedAvg's
+:mod:`fedkit_core.privacy.runspec`); a method's run at a privacy setting is compared seed by seed with FedAvg's
 run at the same setting (``fedavg+dp(<same>)``, or ``fedavg`` without DP) on the main
 metric of the global model (the clients' mean where there is none). A method beats FedAvg
 at a setting when the paired difference is positive and, with 3 or more seeds, significant

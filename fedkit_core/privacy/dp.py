@@ -1,4 +1,5 @@
-"""The ``dp.*`` options (differential privacy, see :mod:`fedkit_core.privacy`)."""
+"""The ``dp.*`` options (differential privacy, see :mod:`fedkit_core.privacy`), as a
+built-in plugin (``dp`` in :data:`fedkit_core.plugin_manager.BUILTINS`)."""
 
 from __future__ import annotations
 

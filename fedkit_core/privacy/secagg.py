@@ -1,4 +1,6 @@
-"""The ``secagg.*`` options (secure aggregation, see :mod:`fedkit_core.privacy.secure`)."""
+"""The ``secagg.*`` options (secure aggregation, see
+:mod:`fedkit_core.engines.flower.secure`), as a built-in plugin
+(``secagg`` in :data:`fedkit_core.plugin_manager.BUILTINS`)."""
 
 from __future__ import annotations
 
