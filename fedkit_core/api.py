@@ -25,6 +25,7 @@ from fedkit_core.engines.registry import get_engine
 from fedkit_core.errors import FedkitError, NoSpace, no_space
 from fedkit_core.fileio import write_text
 from fedkit_core.plugins import PluginSet
+from fedkit_core.privacy.options import NONE, dp_level
 from fedkit_core.resolve import ConfigLike, resolve_config
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir, write_json
@@ -179,7 +180,7 @@ def _plan_rounds(run_dir: RunDir, rounds: int) -> None:
         raise FedkitError(
             f"{run_dir.path} has run {ran} rounds; --rounds must be more to extend it"
         )
-    if (config.get("dp") or {}).get("level", "none") != "none":
+    if dp_level(config) != NONE:
         raise FedkitError(
             f"{run_dir.path} runs under differential privacy, calibrated for its "
             f"{config.get('rounds')} planned rounds: it is not extended; start a new run "

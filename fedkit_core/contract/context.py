@@ -27,6 +27,7 @@ from fedkit_core.errors import FedkitError
 from fedkit_core.losses import log_prior
 from fedkit_core.metrics import classification_metrics, per_sample_dice, segmentation_metrics
 from fedkit_core.models.fedmodel import FedModel
+from fedkit_core.privacy.options import SAMPLE, dp_level
 
 
 def derive_seed(*parts: object) -> int:
@@ -246,7 +247,7 @@ class ClientContext(_Party):
         params = list(params)
         if not params or epochs <= 0:
             return 0.0
-        if self.config["dp.level"] == "sample":
+        if dp_level(self.config) == SAMPLE:
             raise FedkitError(
                 "a plugin trains with its own loop (ClientContext.train: FedRep's head, "
                 "FedBABU's fine-tuning), which DP-SGD does not cover; run it without "

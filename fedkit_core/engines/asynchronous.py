@@ -13,7 +13,7 @@ Both go through the method's own ``fedkit_aggregate``: each update is handed ove
 the current global state (FedBuff: ``x + w_k (x_k - x_v)``; FedAsync: the mix), so the
 built-in FedAvg gives exactly the rules above (FedBuff's buffer weighted by
 ``num_examples``) and a plugin's aggregator applies its own weighting to them. That holds
-only for aggregators that combine updates and nothing else: :func:`check_aggregation`
+only for aggregators that combine updates and nothing else: :func:`fedkit_core.rules.check_aggregation`
 refuses plugins that answer queries (an extra round trip that needs every client of one
 round, such as Fed-LWR's) or whose aggregation has not declared ``fedkit_asynchronous =
 True``, with the reason (a plugin may also declare a text: its own reason).
@@ -42,7 +42,6 @@ from fedkit_core.config import Config
 from fedkit_core.contract.context import derive_seed
 from fedkit_core.contract.messages import Arrays, Message, Update
 from fedkit_core.errors import ClientFailure, FedkitError
-from fedkit_core.plugins import PluginSet
 
 if TYPE_CHECKING:
     from fedkit_core.engines.clock import Clock
@@ -52,55 +51,6 @@ if TYPE_CHECKING:
 ASYNCHRONOUS = ("fedbuff", "fedasync")
 #: the fit message's scalar that numbers a client's dispatches (its training is seeded by it)
 TRIP = "trip"
-
-
-def check_aggregation(config: Config, plugins: PluginSet) -> None:
-    """Refuse a run whose ``aggregation`` its settings or its method plugins do not allow,
-    saying why (called when a run's config is resolved, before any data is loaded)."""
-    mode = config["aggregation"]
-    if mode == "deadline" and config["deadline"] is None:
-        raise FedkitError("aggregation=deadline needs `deadline`: seconds a round waits")
-    if mode != "deadline" and config["deadline"] is not None:
-        raise FedkitError(f"`deadline` is for aggregation=deadline (aggregation is {mode})")
-    if mode != "sync" and config["secagg.enabled"]:
-        raise FedkitError(
-            f"aggregation={mode} cannot run with secure aggregation (secagg.enabled): SecAgg+ "
-            "sums one synchronous round's updates"
-        )
-    if mode not in ASYNCHRONOUS:
-        return
-    if config["dp.level"] != "none":
-        raise FedkitError(
-            f"aggregation={mode} cannot run with differential privacy (dp.level="
-            f"{config['dp.level']}): its accountant counts synchronous rounds of sampled clients"
-        )
-    problems = []
-    for name in plugins.active:
-        declared = getattr(plugins.objects[name], "fedkit_asynchronous", None)
-        hooks = plugins.info(name, "").hooks
-        if declared is True:
-            continue
-        if isinstance(declared, str):
-            reason = declared
-        elif "fedkit_answer_query" in hooks:
-            reason = (
-                "its aggregation asks the round's clients an extra question "
-                "(fedkit_answer_query), which needs every client of one round to answer "
-                "about the same global model"
-            )
-        elif "fedkit_aggregate" in hooks:
-            reason = (
-                "its aggregation (fedkit_aggregate) was written for synchronous rounds; a "
-                "plugin whose aggregation also holds for buffered, stale updates declares "
-                "`fedkit_asynchronous = True`"
-            )
-        else:
-            continue
-        problems.append(f"aggregation={mode} cannot run plugin {name!r}: {reason}")
-    if problems:
-        raise FedkitError(
-            "\n".join(problems) + "\n(aggregation=sync or deadline run every method plugin)"
-        )
 
 
 def staleness_weight(config: Config, staleness: int) -> float:

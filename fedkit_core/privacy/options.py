@@ -3,10 +3,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from fedkit_core.contract.options import Option
 
 #: dp.level values
 NONE, CLIENT, SAMPLE = "none", "client", "sample"
+
+
+def dp_level(config: Mapping[str, Any]) -> str:
+    """The run's ``dp.level`` (:data:`NONE`, :data:`CLIENT`, :data:`SAMPLE`): the one place the
+    key is read. ``config`` is a resolved config or a run record's, flat (``dp.level``) or
+    nested as in ``config.yaml`` (``dp: {level: ...}``); a record without the key (a run
+    made before ``dp.*`` existed) is at ``none``."""
+    level = config.get("dp.level")
+    if level is None and isinstance(config.get("dp"), Mapping):
+        level = config["dp"].get("level")
+    return level or NONE
+
+
 #: dp.grad_sample values: how DP-SGD clips each sample's gradient
 AUTO, GHOST, HOOKS = "auto", "ghost", "hooks"
 
