@@ -145,7 +145,8 @@ def main() -> None:
             print(f"{i:4d}  layer {'-' if layer is None else layer + 1:>2}  {count:4d}  {file}")
     sites = len(set(reads))
     print(f"checkout: {ROOT}")
-    print(f"rounds={args.rounds}, default synthetic task, engine local: {len(reads)} reads at {sites} sites")
+    setting = f"rounds={args.rounds}, default synthetic task, engine local"
+    print(f"{setting}: {len(reads)} reads at {sites} sites")
     for label, first in (("first reads", True), ("every read ", False)):
         counts = figures(stops_of(reads, first), table, layer_of)
         print(
