@@ -189,11 +189,19 @@ class ClientRuntime:
         ctx.model.load_shared(message.arrays)
         self.frozen_inputs()
         self.hook.fedkit_round_start(client=ctx)
-        scalars, dp_report = self.training.round(lr, round_, lambda: self.train_passes(message))
+        optimizer = self._optimizer(lr)
+        scalars, dp_report = self.training.round(
+            optimizer, round_, lambda: self.train_passes(message)
+        )
         reported, extras = plugin_report(ctx)
         scalars.update(reported)
         self.dirty = True
         return fit_reply(ctx, message, scalars, extras, dp_report, self.privatised)
+
+    def _optimizer(self, lr: float) -> torch.optim.Optimizer:
+        """The client's optimiser with every group's learning rate set to this round's
+        (:meth:`LocalTraining.optimiser`)."""
+        return self.training.optimiser(lr)
 
     def train_passes(self, message: Message) -> Iterator[Iterable[Batch]]:
         """The batches of one round's local training, pass by pass: ``local_epochs``
@@ -263,4 +271,4 @@ class ClientRuntime:
         self.ctx.states = {k: dict(v) for k, v in state["plugins"].items()}
         self.ctx.scratches = {k: dict(v) for k, v in state.get("scratch", {}).items()}
         if state["optimizer"] is not None:
-            self.training.optimiser(self.ctx.config["lr"]).load_state_dict(state["optimizer"])
+            self._optimizer(self.ctx.config["lr"]).load_state_dict(state["optimizer"])

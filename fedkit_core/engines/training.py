@@ -32,13 +32,13 @@ class LocalTraining:
         self.optimizer: torch.optim.Optimizer | None = None
 
     def round(
-        self, lr: float, round_: int, passes: Passes
+        self, optimizer: torch.optim.Optimizer, round_: int, passes: Passes
     ) -> tuple[dict[str, Any], Callable[[], dict[str, Any]] | None]:
-        """Train ``ctx.model`` over ``passes`` (DP-SGD: its own Poisson batches instead) at
-        ``lr``: the round's scalars (``num_examples``, the loss terms' means per step) and,
-        under DP-SGD, what gives its report (epsilon spent: called once the reply is sent)."""
+        """Train ``ctx.model`` with ``optimizer`` (:meth:`optimiser`, at the round's rate)
+        over ``passes`` (DP-SGD: its own Poisson batches instead): the round's scalars
+        (``num_examples``, the loss terms' means per step) and, under DP-SGD, what gives its
+        report (epsilon spent: called once the reply is sent)."""
         ctx, model = self.ctx, self.ctx.model
-        optimizer = self.optimiser(lr)
         params = [p for p in model.parameters() if p.requires_grad]
         sums: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), device=ctx.device))
         model.train()
