@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fedkit_core.config import Config
+from fedkit_core.contract.channels import NONE, dp_level
 from fedkit_core.contract.observer import Observer
 from fedkit_core.engines.checkpoint import ServerCheckpoints
 from fedkit_core.engines.driver import write_missing_outputs
@@ -179,7 +180,7 @@ def _plan_rounds(run_dir: RunDir, rounds: int) -> None:
         raise FedkitError(
             f"{run_dir.path} has run {ran} rounds; --rounds must be more to extend it"
         )
-    if (config.get("dp") or {}).get("level", "none") != "none":
+    if dp_level(config) != NONE:
         raise FedkitError(
             f"{run_dir.path} runs under differential privacy, calibrated for its "
             f"{config.get('rounds')} planned rounds: it is not extended; start a new run "

@@ -4,8 +4,9 @@ The layers are read once for the choices that decide which options a run has (pl
 task, engine, partition preset); the registries give those options once (the core's, the
 task's, the plugins', the engine's); the config is merged, typed and bounds-checked once
 (each option's own bounds: :class:`~fedkit_core.contract.options.Option`), its ``auto`` values and
-data path filled in, and the rules between keys checked (:func:`check_rules`). Engines and
-the CLI receive the resolved :class:`Config`.
+data path filled in, and the rules between keys checked
+(:func:`fedkit_core.rules.check_rules`). Engines and the CLI receive the resolved
+:class:`Config`.
 """
 
 from __future__ import annotations
@@ -15,17 +16,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from fedkit_core.config import CORE_OPTIONS, Choices, Config, load_yaml, merge, read_choices
-from fedkit_core.contract.context import ServerContext
-from fedkit_core.contract.data import CLASSIFICATION, SEGMENTATION, TaskInfo
+from fedkit_core.contract.data import SEGMENTATION
 from fedkit_core.contract.options import Option
-from fedkit_core.engines.modes import check_aggregation, round_options
+from fedkit_core.engines.modes import round_options
 from fedkit_core.engines.registry import engine_names, engine_options
-from fedkit_core.errors import FedkitError
 from fedkit_core.plugin_manager import PluginSet
-from fedkit_core.privacy.checks import check_privacy
+from fedkit_core.rules import check_rules
 from fedkit_core.sites import load_sites
 from fedkit_core.tasks.registry import TaskSpec, get_task
 
@@ -70,59 +67,6 @@ def _schema(chosen: Choices, extra: Mapping[str, Any] | None) -> _Schema:
     task_options = [o.renamed(f"task.{o.name}") for o in spec.options]
     options = [*_core_options(), *round_options(), *task_options, *plugin_set.options(), *engine]
     return _Schema(names, plugin_set, spec, options, defaults)
-
-
-def check_rules(config: Config, plugins: PluginSet, spec: TaskSpec) -> None:
-    """The checks of a resolved config that are not one key's bounds (those are the
-    options' own): a list's length, keys that exclude each other, the plugins' and the
-    privacy checks, the aggregation's needs. Every run's config passes here."""
-    for key, fits in _LENGTHS.items():
-        if config[key] is not None and not fits(len(config[key])):
-            raise config.options[key].refusal(config[key], key)
-    if spec.kind == CLASSIFICATION and config["loss"] in ("dice", "dice_ce"):
-        raise FedkitError(
-            f"loss={config['loss']} is for segmentation; task {spec.name!r} is classification"
-        )
-    _check_pooled(config, plugins)
-    check_plugins(config, plugins, spec)
-    check_aggregation(config, plugins)
-
-
-#: the lengths the core's list keys must have (their items' bounds are the options')
-_LENGTHS = {"adam_betas": lambda n: n == 2, "unet_channels": lambda n: n > 0}
-
-
-def check_plugins(config: Config, plugins: PluginSet, spec: TaskSpec) -> None:
-    """Run every plugin's ``fedkit_check`` before any data is loaded (the task is known by
-    name and kind only); all problems are reported together."""
-    preview = TaskInfo(spec.name, spec.kind, [], 0, ())
-    ctx = ServerContext(preview, config, torch.device("cpu"))
-    problems: list[str] = []
-    for result in plugins.hook.fedkit_check(server=ctx):
-        if result:
-            problems += [result] if isinstance(result, str) else list(result)
-    problems += check_privacy(config, plugins, ctx)
-    if problems:
-        raise FedkitError("\n".join(problems))
-
-
-def _check_pooled(values: Mapping[str, Any], plugins: PluginSet) -> None:
-    """``pooled=true`` (the centralised reference) trains the task's own model in one
-    process: the local engine, no method plugins."""
-    if not values["pooled"]:
-        return
-    if values["engine"] != "local":
-        raise FedkitError(
-            f"pooled=true is the centralised reference: one model trained on every client's "
-            f"data in one process, which only engine=local does (got engine={values['engine']}); "
-            "a deployment keeps each client's data on its site, so it has no pooled run"
-        )
-    if plugins.active:
-        raise FedkitError(
-            "pooled=true trains the task's own model (model, loss, optimiser keys) without "
-            f"method plugins, got plugins {', '.join(plugins.active)}; compare the methods "
-            "beside it instead (fedkit compare fedavg pooled ...)"
-        )
 
 
 def _layers(config: ConfigLike | Sequence[ConfigLike]) -> list[Mapping[str, Any]]:

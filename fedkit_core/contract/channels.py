@@ -42,6 +42,21 @@ class Channel:
     privatised: str | None = None
 
 
+#: dp.level values
+NONE, CLIENT, SAMPLE = "none", "client", "sample"
+
+
+def dp_level(config: Mapping[str, Any]) -> str:
+    """The run's ``dp.level`` (:data:`NONE`, :data:`CLIENT`, :data:`SAMPLE`): the one place the
+    key is read. ``config`` is a resolved config or a run record's, flat (``dp.level``) or
+    nested as in ``config.yaml`` (``dp: {level: ...}``); a record without the key (a run
+    made before ``dp.*`` existed) is at ``none``."""
+    level = config.get("dp.level")
+    if level is None and isinstance(config.get("dp"), Mapping):
+        level = config["dp"].get("level")
+    return level or NONE
+
+
 #: scalars the core itself sends with an update in a private run
 CORE_SCALARS = ("num_examples",)
 #: the prefix of the privacy layer's own scalars (privatised by the layer itself): the

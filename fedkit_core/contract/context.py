@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from fedkit_core.config import Config
+from fedkit_core.contract.channels import SAMPLE, dp_level
 from fedkit_core.contract.data import SEGMENTATION, Batch, ClientData, ClientInfo, TaskInfo
 from fedkit_core.contract.messages import Arrays, Payload
 from fedkit_core.contract.scope import current_plugin
@@ -246,7 +247,7 @@ class ClientContext(_Party):
         params = list(params)
         if not params or epochs <= 0:
             return 0.0
-        if self.config["dp.level"] == "sample":
+        if dp_level(self.config) == SAMPLE:
             raise FedkitError(
                 "a plugin trains with its own loop (ClientContext.train: FedRep's head, "
                 "FedBABU's fine-tuning), which DP-SGD does not cover; run it without "

@@ -13,7 +13,7 @@ Both go through the method's own ``fedkit_aggregate``: each update is handed ove
 the current global state (FedBuff: ``x + w_k (x_k - x_v)``; FedAsync: the mix), so the
 built-in FedAvg gives exactly the rules above (FedBuff's buffer weighted by
 ``num_examples``) and a plugin's aggregator applies its own weighting to them. That holds
-only for aggregators that combine updates and nothing else: :func:`check_asynchronous`
+only for aggregators that combine updates and nothing else: :func:`fedkit_core.rules.check_aggregation`
 refuses plugins that answer queries (an extra round trip that needs every client of one
 round, such as Fed-LWR's) or whose aggregation has not declared ``fedkit_asynchronous =
 True``, with the reason (a plugin may also declare a text: its own reason).
@@ -46,7 +46,6 @@ from fedkit_core.engines.clock import Clock
 from fedkit_core.engines.exchange import Exchange, Transport
 from fedkit_core.engines.rounds import Federation, RoundMode
 from fedkit_core.errors import ClientFailure, FedkitError
-from fedkit_core.plugin_manager import PluginSet
 
 #: the fit message's scalar that numbers a client's dispatches (its training is seeded by it)
 TRIP = "trip"
@@ -86,44 +85,6 @@ ASYNC_OPTIONS = (
         min=0,
     ),
 )
-
-
-def check_asynchronous(config: Config, plugins: PluginSet) -> None:
-    """Refuse an asynchronous run that its privacy or its method plugins do not allow,
-    saying why."""
-    mode = config["aggregation"]
-    if config["dp.level"] != "none":
-        raise FedkitError(
-            f"aggregation={mode} cannot run with differential privacy (dp.level="
-            f"{config['dp.level']}): its accountant counts synchronous rounds of sampled clients"
-        )
-    problems = []
-    for name in plugins.active:
-        declared = getattr(plugins.objects[name], "fedkit_asynchronous", None)
-        hooks = plugins.info(name, "").hooks
-        if declared is True:
-            continue
-        if isinstance(declared, str):
-            reason = declared
-        elif "fedkit_answer_query" in hooks:
-            reason = (
-                "its aggregation asks the round's clients an extra question "
-                "(fedkit_answer_query), which needs every client of one round to answer "
-                "about the same global model"
-            )
-        elif "fedkit_aggregate" in hooks:
-            reason = (
-                "its aggregation (fedkit_aggregate) was written for synchronous rounds; a "
-                "plugin whose aggregation also holds for buffered, stale updates declares "
-                "`fedkit_asynchronous = True`"
-            )
-        else:
-            continue
-        problems.append(f"aggregation={mode} cannot run plugin {name!r}: {reason}")
-    if problems:
-        raise FedkitError(
-            "\n".join(problems) + "\n(aggregation=sync or deadline run every method plugin)"
-        )
 
 
 def staleness_weight(config: Config, staleness: int) -> float:
@@ -258,10 +219,6 @@ class Asynchronous(RoundMode):
         self.sent_in: dict[str, int] = {}
         self.channel: Channel | None = None
         self._saved_channel: Mapping[str, Any] | None = None
-
-    @classmethod
-    def check(cls, config: Config, plugins: Any) -> None:
-        check_asynchronous(config, plugins)
 
     # ------------------------------------------------------------------ a round
 

@@ -22,13 +22,14 @@ from fedkit_core.contract.observer import Observer
 from fedkit_core.contract.options import Option
 from fedkit_core.devices import place_model
 from fedkit_core.engines.checkpoint import ClientCheckpoints
-from fedkit_core.engines.client import ClientRuntime, SharedModel
+from fedkit_core.engines.client import ClientRuntime
 from fedkit_core.engines.driver import drive
 from fedkit_core.engines.estimate import round_seconds, step_seconds
 from fedkit_core.engines.model import build_model
 from fedkit_core.engines.pool import ModelPool
 from fedkit_core.engines.selection import round_half_up
 from fedkit_core.engines.server import Server
+from fedkit_core.engines.shared import SharedModel
 from fedkit_core.engines.workers import (
     LocalTransport,
     WorkerTransport,
@@ -162,7 +163,7 @@ def shared_model(server: Server, plugins: PluginSet) -> SharedModel | None:
     and set-up time (a thousand clients: a thousand models). The clients then take turns
     with one model, built once: the results are the same (the per-client seeding of
     training does not depend on it), and they are evaluated together (see
-    :class:`~fedkit_core.engines.client.SharedModel`). With plugins (private entries, extra modules,
+    :class:`~fedkit_core.engines.shared.SharedModel`). With plugins (private entries, extra modules,
     per-client state holding parameters) each client keeps its own.
     """
     if plugins.active or server.config["keep_optimizer_state"]:

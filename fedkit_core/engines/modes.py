@@ -1,6 +1,6 @@
 """The round modes and selection rules a run may choose: the built-in ones and those its
-plugins register (``fedkit_register_round_modes``, ``fedkit_register_selection_rules``),
-their options, and the checks of the choice before any data is loaded."""
+plugins register (``fedkit_register_round_modes``, ``fedkit_register_selection_rules``)
+and their options (the checks of the choice are :func:`fedkit_core.rules.check_aggregation`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from fedkit_core.config import Config
 from fedkit_core.contract.options import Option
 from fedkit_core.engines.asynchronous import ASYNC_OPTIONS, FedAsync, FedBuff
 from fedkit_core.engines.rounds import ROUND_OPTIONS, Deadline, RoundMode, Synchronous
-from fedkit_core.engines.selection import SELECTION_OPTIONS, cohort_size, selection_rule
+from fedkit_core.engines.selection import SELECTION_OPTIONS, cohort_size
 from fedkit_core.errors import FedkitError, unknown
 from fedkit_core.plugin_manager import PluginSet
 
@@ -58,21 +58,3 @@ def mode_class(config: Config, plugins: PluginSet) -> type[RoundMode]:
     if name not in modes:
         raise unknown("round mode", name, modes)
     return modes[name]
-
-
-def check_aggregation(config: Config, plugins: PluginSet) -> None:
-    """Refuse a run whose round mode or selection rule is unknown, or that the mode's
-    settings or the run's plugins do not allow, saying why (called when a run's config is
-    resolved, before any data is loaded)."""
-    mode, name = mode_class(config, plugins), config["aggregation"]
-    selection_rule(config["selection"], plugins)
-    if mode is Deadline and config["deadline"] is None:
-        raise FedkitError("aggregation=deadline needs `deadline`: seconds a round waits")
-    if mode is not Deadline and config["deadline"] is not None:
-        raise FedkitError(f"`deadline` is for aggregation=deadline (aggregation is {name})")
-    if not mode.secure and config["secagg.enabled"]:
-        raise FedkitError(
-            f"aggregation={name} cannot run with secure aggregation (secagg.enabled): SecAgg+ "
-            "sums one synchronous round's updates"
-        )
-    mode.check(config, plugins)

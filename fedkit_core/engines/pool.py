@@ -27,14 +27,26 @@ stored once.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from fedkit_core.engines.client import ClientRuntime
-from fedkit_core.engines.snapshot import client_snapshot, restore_client
+from fedkit_core.engines.snapshot import Stateful, client_snapshot, restore_client
 from fedkit_core.errors import FedkitError
+from fedkit_core.models.fedmodel import FedModel
+
+
+class Pooled(Stateful, Protocol):
+    """A client of the pool (a :class:`~fedkit_core.engines.client.ClientRuntime`), typed
+    here so that the pool does not import the client that uses it."""
+
+    dirty: bool
+
+    @property
+    def id(self) -> str: ...
+
+    def new_model(self) -> FedModel: ...
 
 
 class ModelPool:
@@ -43,12 +55,12 @@ class ModelPool:
 
     def __init__(self, size: int):
         self.size = size
-        self.live: OrderedDict[str, ClientRuntime] = OrderedDict()
+        self.live: OrderedDict[str, Pooled] = OrderedDict()
         self.idle: dict[str, dict[str, Any]] = {}
         #: the shared entries of the client that went idle last (reused when identical)
         self._shared: dict[str, torch.Tensor] = {}
 
-    def take(self, client: ClientRuntime) -> None:
+    def take(self, client: Pooled) -> None:
         """Give ``client`` its live model: built (and its idle state restored) unless it
         holds one; another client goes idle when the pool is full."""
         if client.ctx.model is not None:
@@ -62,14 +74,14 @@ class ModelPool:
         self._build(client)
         self.live[client.id] = client
 
-    def drop(self, client: ClientRuntime) -> None:
+    def drop(self, client: Pooled) -> None:
         """Forget ``client``'s model and idle state (it is set up again)."""
         self.live.pop(client.id, None)
         self.idle.pop(client.id, None)
         client.ctx.model = None
         client.optimizer = None
 
-    def _build(self, client: ClientRuntime) -> None:
+    def _build(self, client: Pooled) -> None:
         device = client.ctx.device
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             client.ctx.model = client.new_model()
@@ -93,7 +105,7 @@ class ModelPool:
             module.training = idle["training"][name]
         del self.idle[client.id]
 
-    def _park(self, client: ClientRuntime) -> None:
+    def _park(self, client: Pooled) -> None:
         """Replace ``client``'s live model by its snapshot."""
         _check_plugin_state(client)
         model, dirty = client.ctx.model, client.dirty
@@ -116,7 +128,7 @@ class ModelPool:
         return shared
 
 
-def _optimised(client: ClientRuntime) -> list[list[str]] | None:
+def _optimised(client: Pooled) -> list[list[str]] | None:
     """The names of the parameters of each group of ``client``'s optimiser (None: none)."""
     if client.optimizer is None:
         return None
@@ -135,7 +147,7 @@ _PLAIN = (str, bytes, int, float, complex, bool, type(None), np.ndarray, np.gene
 _PLAIN += (torch.dtype, torch.device, torch.Generator)
 
 
-def _check_plugin_state(client: ClientRuntime) -> None:
+def _check_plugin_state(client: Pooled) -> None:
     """Refuse to idle ``client`` when its plugin state holds its model's tensors or modules
     (they would go on living apart from the model rebuilt later) or values that cannot be
     looked into."""

@@ -60,10 +60,11 @@ from fedkit_core.contract.messages import Message
 from fedkit_core.contract.observer import Observer
 from fedkit_core.devices import place_model
 from fedkit_core.engines.checkpoint import ClientCheckpoints
-from fedkit_core.engines.client import ClientRuntime, SharedModel
+from fedkit_core.engines.client import ClientRuntime
 from fedkit_core.engines.driver import drive
 from fedkit_core.engines.model import build_model
 from fedkit_core.engines.server import Server, Transport
+from fedkit_core.engines.shared import SharedModel
 from fedkit_core.engines.workers import LocalTransport
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import prepare

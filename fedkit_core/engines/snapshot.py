@@ -16,18 +16,29 @@ import io
 import pickle
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
+from fedkit_core.contract.context import ClientContext
 from fedkit_core.errors import FedkitError
 from fedkit_core.fileio import write_torch
 
-if TYPE_CHECKING:
-    from fedkit_core.engines.client import ClientRuntime
+
+class Stateful(Protocol):
+    """A client whose state a snapshot holds (a
+    :class:`~fedkit_core.engines.client.ClientRuntime`): typed here so that the snapshot
+    does not import the client that uses it."""
+
+    ctx: ClientContext
+    optimizer: torch.optim.Optimizer | None
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
 
 
-def client_snapshot(runtime: ClientRuntime) -> dict[str, Any]:
+def client_snapshot(runtime: Stateful) -> dict[str, Any]:
     """The client's snapshot (see the module docstring); resets ``runtime.dirty``."""
     return {
         "client": runtime.state_dict(),
@@ -38,7 +49,7 @@ def client_snapshot(runtime: ClientRuntime) -> dict[str, Any]:
     }
 
 
-def restore_client(runtime: ClientRuntime, snapshot: Mapping[str, Any]) -> None:
+def restore_client(runtime: Stateful, snapshot: Mapping[str, Any]) -> None:
     """Bring a set-up client to the state of ``snapshot``."""
     runtime.optimizer = None
     runtime.load_state_dict(snapshot["client"])

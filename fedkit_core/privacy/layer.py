@@ -27,11 +27,18 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.contract.channels import DP_PREFIX, DP_SCALARS, undeclared
+from fedkit_core.contract.channels import (
+    CLIENT,
+    DP_PREFIX,
+    DP_SCALARS,
+    NONE,
+    SAMPLE,
+    dp_level,
+    undeclared,
+)
 from fedkit_core.contract.messages import Update
 from fedkit_core.errors import FedkitError
 from fedkit_core.privacy import accounting, client_level, noise
-from fedkit_core.privacy.options import CLIENT, NONE, SAMPLE
 
 log = logging.getLogger("fedkit")
 
@@ -73,7 +80,7 @@ class ServerPrivacy:
 
     def __init__(self, config: Config, num_clients: int):
         self.config = config
-        self.level = config["dp.level"]
+        self.level = dp_level(config)
         self.delta = config["dp.delta"]
         self.kind = config["dp.accountant"]
         self.target = config["dp.target_epsilon"]
@@ -403,7 +410,7 @@ def hides_sampling(config: Config) -> bool:
     """Whether the run's client sampling is secret (client-level DP at ``sample_fraction < 1``:
     the accountant amplifies on it), so that nothing the run writes may say which clients a
     round sampled: records hold the count, traffic one total, no client snapshot is stored."""
-    return config["dp.level"] == CLIENT and config["sample_fraction"] < 1.0
+    return dp_level(config) == CLIENT and config["sample_fraction"] < 1.0
 
 
 #: what a record says in place of a client's id where the sampling is secret
@@ -414,7 +421,7 @@ ALL_CLIENTS = "(all clients)"
 
 def is_private(config: Config) -> bool:
     """Whether a run carries DP or secure aggregation (its reports are restricted)."""
-    return config["dp.level"] != NONE or bool(config["secagg.enabled"])
+    return dp_level(config) != NONE or bool(config["secagg.enabled"])
 
 
 def private_scalars(scalars: Mapping[str, Any]) -> dict[str, Any]:
@@ -436,7 +443,7 @@ def client_reply(
     only the scalars the run may carry: ``num_examples`` (not at client level), the privacy
     layer's own, and plugin scalars declared as privatised (``allowed``); the training loss
     stays on the client; any other scalar is refused."""
-    level = config["dp.level"]
+    level = dp_level(config)
     own = {k: v for k, v in scalars.items() if k in DP_SCALARS}
     plugin = {
         k: v

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
+from fedkit_core.contract.channels import CLIENT, NONE, SAMPLE
 from fedkit_core.contract.options import Option
 
-#: dp.level values
-NONE, CLIENT, SAMPLE = "none", "client", "sample"
 #: dp.grad_sample values: how DP-SGD clips each sample's gradient
 AUTO, GHOST, HOOKS = "auto", "ghost", "hooks"
 

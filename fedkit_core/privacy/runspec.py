@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from fedkit_core.contract.channels import CLIENT
 from fedkit_core.contract.options import Option
 from fedkit_core.errors import FedkitError
-from fedkit_core.privacy.options import CLIENT, DP_OPTIONS
+from fedkit_core.privacy.options import DP_OPTIONS
 
 _TERM = re.compile(r"^dp\((.*)\)$")
 _SHORT = {"eps": "target_epsilon", "epsilon": "target_epsilon", "sigma": "noise_multiplier"}

@@ -59,6 +59,7 @@ from typing import Any
 import torch
 
 from fedkit_core.config import Config
+from fedkit_core.contract.channels import SAMPLE, dp_level
 from fedkit_core.contract.context import ClientContext, take_views
 from fedkit_core.contract.data import Batch
 from fedkit_core.contract.hookspecs import PARAMETER_TERMS
@@ -66,7 +67,7 @@ from fedkit_core.devices import gather, input_layout
 from fedkit_core.errors import FedkitError
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.privacy import accounting, noise
-from fedkit_core.privacy.options import AUTO, GHOST, HOOKS, SAMPLE
+from fedkit_core.privacy.options import AUTO, GHOST, HOOKS
 
 #: the largest relative gap between ``.grad`` and the mean of the per-sample gradients that
 #: float rounding explains (bf16 forward passes round the activations the hooks keep)
@@ -86,7 +87,7 @@ def prepare_model(model: FedModel, config: Config) -> FedModel:
     """``model`` made fit for DP-SGD (``dp.level=sample``): batch norm replaced by group
     norm (``dp.batchnorm=replace``) or refused, and any other module Opacus cannot give
     per-sample gradients refused, naming them. Other levels: ``model`` unchanged."""
-    if config["dp.level"] != SAMPLE:
+    if dp_level(config) != SAMPLE:
         return model
     from opacus.validators import ModuleValidator
 

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from fedkit_core.contract.channels import NONE, dp_level
+
 METRICS = {  # results.json name: (long name for axes, short name for table headers)
     "bacc": ("balanced accuracy", "bACC"),
     "bauc": ("balanced AUC (macro one-vs-rest)", "bAUC"),
@@ -93,8 +95,8 @@ def setting_parts(config: Mapping[str, Any], always: bool = False) -> list[str]:
     sites = config.get("sites")
     if sites:
         parts.append(f"sites {Path(str(sites)).stem}" if always else Path(str(sites)).stem)
-    level = config.get("dp.level") or "none"
-    if level != "none":
+    level = dp_level(config)
+    if level != NONE:
         parts.append(f"{level}-level DP" if always else f"dp-{level}")
     elif always:
         parts.append("no DP")

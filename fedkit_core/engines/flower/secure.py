@@ -51,6 +51,7 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp import Grid
 
 from fedkit_core.config import Config
+from fedkit_core.contract.channels import dp_level
 from fedkit_core.contract.messages import Arrays, Message
 from fedkit_core.errors import FedkitError
 from fedkit_core.privacy.layer import SECURE_BIT as BIT
@@ -93,10 +94,10 @@ def secure_vector(
     """The client's ``FitRes`` for the masking stage: its update from ``received`` and the
     weight Flower multiplies it by; only ``num_examples`` and the privacy layer's scalars
     travel beside (in the clear, as Flower's protocol sends metrics)."""
-    adaptive = config["dp.level"] == "client" and config["dp.clipping"] == "adaptive"
+    adaptive = dp_level(config) == "client" and config["dp.clipping"] == "adaptive"
     scalars = dict(reply.scalars)
     bit = float(scalars.pop(UNCLIPPED, 0.0))
-    weight = 1 if config["dp.level"] == "client" else int(scalars.get("num_examples", 1))
+    weight = 1 if dp_level(config) == "client" else int(scalars.get("num_examples", 1))
     ratio = weight / config["secagg.max_weight"]
     if ratio > 1:
         raise FedkitError(
@@ -214,7 +215,7 @@ def secure_fit(
             f"secure aggregation halted in round {rnd}: fewer clients than SecAgg+'s "
             f"reconstruction threshold finished the protocol ({reasons})"
         )
-    adaptive = config["dp.level"] == "client" and config["dp.clipping"] == "adaptive"
+    adaptive = dp_level(config) == "client" and config["dp.clipping"] == "adaptive"
     names = vector_names(global_state, adaptive)
     mean = parameters_to_ndarrays(strategy.results[0][1].parameters)
     replies: dict[int, Message] = {
