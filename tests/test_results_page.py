@@ -289,17 +289,41 @@ def test_fed_lwr_and_fed_mas_mechanisms_read_what_the_runs_recorded(tmp_path):
     summary = {"fed-lwr.uniform_share_all": 0.81, "fed-lwr.max_dev": 0.01}
     lines = page.fedlwr_weights(lwr, {"fed-lwr": [_run({"summary": summary})] * 3}, tmp_path)
     assert "0.8100 ± 0.0000" in lines[0] and "switched off in most layers" in lines[0]
+
+
+def test_fed_mas_mechanism_sets_its_weights_beside_the_data_and_the_class_counts(
+    tmp_path, monkeypatch
+):
+    from fedkit_core.testing import tiny
+
+    monkeypatch.chdir(tmp_path)  # the figure goes to docs/figures/results under it
     mas = page.Method("Fed-MAS", "x", "", "", "c.yaml", "fedavg", "fed-mas", ())
-    summary = {
-        "fed-mas.weight.c0": 0.5,
-        "fed-mas.weight.c1": 0.5,
-        "fed-mas.size_share.c0": 0.9,
-        "fed-mas.size_share.c1": 0.1,
-        "fed-mas.tv_from_size_mean": 0.4,
+
+    def summary(w0):
+        return {
+            "fed-mas.weight.c0": w0,
+            "fed-mas.weight.c1": 1 - w0,
+            "fed-mas.size_share.c0": 0.9,
+            "fed-mas.size_share.c1": 0.1,
+            "fed-mas.tv_from_size_mean": 0.4,
+        }
+
+    config = tiny(task={"sites": 2})  # both sites hold every class
+    ids = [f"site{i}" for i in range(2)]
+    rounds = [{"round": k, "summary": summary(w)} for k, w in ((1, 0.6), (2, 0.5))]
+    run = Results({"task": {"client_ids": ids}, "config": config, "rounds": rounds, "final": {}})
+    run["final"]["summary"] = {
+        k.replace("c0", ids[0]).replace("c1", ids[1]): v for k, v in summary(0.5).items()
     }
-    lines = page.fedmas_weights(mas, {"fed-mas": [_run({"summary": summary})] * 2}, tmp_path)
+    for rec in rounds:
+        rec["summary"] = {
+            k.replace("c0", ids[0]).replace("c1", ids[1]): v for k, v in rec["summary"].items()
+        }
+    lines = page.fedmas_weights(mas, {"fed-mas": [run] * 2}, tmp_path)
     assert "0.4000 ± 0.0000" in lines[0]
-    assert "| c0 | 0.5000 ± 0.0000 | 0.9000 ± 0.0000 |" in lines[2]
+    assert "1/K normalised: 0.0000" in lines[2]  # 0.5 each, and both hold every class
+    assert f"| {ids[0]} | 0.5000 ± 0.0000 | 0.500 - 0.600 | 0.9000 ± 0.0000 |" in lines[4]
+    assert (tmp_path / page.FIGURES / "x-weights.png").is_file()
 
 
 def test_fedcbs_mechanism_gives_the_per_round_paired_difference(tmp_path):
