@@ -109,7 +109,7 @@ JOB = Job()  # this process's job: set by main() and, in a worker, from --job
 
 
 def derive_seed(*parts: object) -> int:
-    """fedkit's seed derivation (``fedkit_core.contract.context.derive_seed``), restated so
+    """fedkit's seed derivation (``fedkit_core.hooks.context.derive_seed``), restated so
     the bare loop and raw Flower import nothing of fedkit."""
     words = [p if isinstance(p, int) else zlib.crc32(str(p).encode()) for p in parts]
     return int(np.random.SeedSequence([abs(int(w)) for w in words]).generate_state(1)[0] >> 1)

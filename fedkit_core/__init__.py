@@ -15,9 +15,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from fedkit_core.contract.hookspecs import API_VERSION, hookimpl
 from fedkit_core.contract.options import Option
 from fedkit_core.errors import FedkitError
+from fedkit_core.hooks.hookspecs import API_VERSION, hookimpl
 
 __all__ = [
     "API_VERSION",

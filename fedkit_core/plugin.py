@@ -13,7 +13,7 @@ the modules behind these names may move between releases, these names do not::
     def fedkit_loss_terms(client: ClientContext, batch, outputs):
         ...  # client.options()["mu"]: this plugin's options, under its registered name
 
-The hooks themselves are documented in :mod:`fedkit_core.contract.hookspecs`. A plugin's
+The hooks themselves are documented in :mod:`fedkit_core.hooks.hookspecs`. A plugin's
 tests add :mod:`fedkit_core.testing`; nothing else of fedkit_core is for plugins
 (``tests/test_plugin_imports.py``). Importing this module loads neither the engines' client
 and server nor the results: :func:`markdown_table` (for a plugin's own table of a ``fedkit
@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 from fedkit_core.aggregation import average_entry, weighted_average
 from fedkit_core.config import Config
 from fedkit_core.contract.channels import INDIVIDUAL, QUERY, REPORT, Channel
-from fedkit_core.contract.context import ClientContext, ServerContext, derive_seed, lr_at
 from fedkit_core.contract.data import (
     CLASSIFICATION,
     SEGMENTATION,
@@ -39,13 +38,14 @@ from fedkit_core.contract.data import (
     Split,
     TaskInfo,
 )
-from fedkit_core.contract.hookspecs import API_VERSION, Ask, hookimpl
 from fedkit_core.contract.messages import Arrays, Payload, Reply, Scalar, Update
 from fedkit_core.contract.options import Option
 from fedkit_core.contract.scope import plugin_scope
 from fedkit_core.engines.rounds import Federation, RoundMode
 from fedkit_core.engines.snapshot import read_snapshot
 from fedkit_core.errors import FedkitError
+from fedkit_core.hooks.context import ClientContext, ServerContext, derive_seed, lr_at
+from fedkit_core.hooks.hookspecs import API_VERSION, Ask, hookimpl
 from fedkit_core.losses import balanced_softmax_ce, dice_loss, log_prior
 from fedkit_core.losses.weight_maps import weight_map, weight_maps
 from fedkit_core.models import build_model

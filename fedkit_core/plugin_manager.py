@@ -18,10 +18,10 @@ from typing import Any
 
 import pluggy
 
-from fedkit_core.contract import hookspecs
 from fedkit_core.contract.options import Option
 from fedkit_core.contract.scope import CURRENT
 from fedkit_core.errors import PLUGIN_MODULES, FedkitError, unknown
+from fedkit_core.hooks import hookspecs
 
 ENTRY_POINT_GROUP = "fedkit.plugins"
 
@@ -108,7 +108,7 @@ def _bound(name: str, obj: Any) -> Any:
 
 
 def _parameter_terms(name: str, obj: Any) -> tuple[str, ...]:
-    """Plugin ``name``'s :data:`~fedkit_core.contract.hookspecs.PARAMETER_TERMS`, checked:
+    """Plugin ``name``'s :data:`~fedkit_core.hooks.hookspecs.PARAMETER_TERMS`, checked:
     names of terms its ``fedkit_loss_terms`` returns (not the task loss)."""
     attr, declared = hookspecs.PARAMETER_TERMS, getattr(obj, hookspecs.PARAMETER_TERMS)
     if not isinstance(declared, (tuple, list)) or not all(isinstance(t, str) for t in declared):

@@ -18,13 +18,13 @@ import torch
 
 from fedkit_core.config import Config
 from fedkit_core.contract.channels import NONE, SAMPLE, dp_level, refusals
-from fedkit_core.contract.context import ServerContext
 from fedkit_core.contract.data import CLASSIFICATION, TaskInfo
 from fedkit_core.engines.asynchronous import Asynchronous
 from fedkit_core.engines.modes import mode_class
 from fedkit_core.engines.rounds import Deadline
 from fedkit_core.engines.selection import selection_rule
 from fedkit_core.errors import FedkitError
+from fedkit_core.hooks.context import ServerContext
 from fedkit_core.plugin_manager import PluginSet
 from fedkit_core.privacy.checks import declared_channels
 from fedkit_core.tasks.registry import TaskSpec

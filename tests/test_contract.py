@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from fedkit_core import run
-from fedkit_core.contract import hookspecs
+from fedkit_core.hooks import hookspecs
 from fedkit_core.plugin import FedkitError, Option, Payload, Reply, hookimpl, weighted_average
 from fedkit_core.testing import InterruptAfter, tiny
 

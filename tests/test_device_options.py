@@ -10,7 +10,6 @@ import torch
 
 from fedkit_core import run
 from fedkit_core.cli import main
-from fedkit_core.contract import context
 from fedkit_core.devices import (
     DataPlacement,
     as_float32,
@@ -19,6 +18,7 @@ from fedkit_core.devices import (
     place_model,
 )
 from fedkit_core.federation import prepare
+from fedkit_core.hooks import context
 from fedkit_core.resolve import resolve_config
 from fedkit_core.testing import tiny as any_device
 

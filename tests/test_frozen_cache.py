@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from fedkit_core import run
-from fedkit_core.contract.context import ClientContext
 from fedkit_core.contract.data import CLASSIFICATION, ClientData, Normalizer, Split, TaskInfo
 from fedkit_core.engines import trunk as trunk_cache
 from fedkit_core.engines.checkpoint import ServerCheckpoints
 from fedkit_core.errors import FedkitError
+from fedkit_core.hooks.context import ClientContext
 from fedkit_core.models import build_model
 from fedkit_core.models.trunk import frozen_trunk
 from fedkit_core.plugin_manager import PluginSet

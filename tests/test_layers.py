@@ -14,8 +14,7 @@ there is an order of the folders that every import between folders follows (a fo
 only folders on its own or lower layers), that is when the imports between folders have no
 cycle. An **upward arrow between folders** is an import between two folders that reach each
 other through imports: whatever the order, some arrow of each such cycle climbs, and with
-none there is an order that none climbs. ``KNOWN_FOLDER_CYCLES`` lists the cycles still
-left, each with why; a new one fails ``test_folders_are_layers``.
+none there is an order that none climbs; ``test_folders_are_layers`` fails on any.
 
 ``python tests/test_layers.py [ROOT] [--layers FILE]`` prints the house: the modules of each
 layer, the imports that climb (with where they are made), the import cycles, those hidden
@@ -50,23 +49,6 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
 KNOWN_LAZY_CYCLES: dict[frozenset[str], str] = {
     frozenset({"fedkit_core.results.schema", "fedkit_core.results.store"}): (
         "Results.load reads through RunDir, whose writer uses the schema's serialisers"
-    ),
-}
-
-#: Cycles between folders still left (see the module docstring), each with why. A new one
-#: fails ``test_folders_are_layers``; one gone fails ``test_known_folder_cycles_still_exist``.
-KNOWN_FOLDER_CYCLES: dict[frozenset[str], str] = {
-    frozenset(
-        {
-            "fedkit_core.config",
-            "fedkit_core.contract",
-            "fedkit_core.devices",
-            "fedkit_core.models",
-        }
-    ): (
-        "contract/ spans two layers: config, devices and models use its vocabulary "
-        "(options, data, messages) while contract/context.py (and hookspecs.py's types) use "
-        "them; the fix is a folder of its own for the vocabulary or for context and hookspecs"
     ),
 }
 
@@ -362,15 +344,7 @@ def test_known_lazy_cycles_still_exist():
 
 def test_folders_are_layers():
     groups, up = upward_folder_arrows(folder_graph(all_imports()))
-    new = [g for g in groups if frozenset(g) not in KNOWN_FOLDER_CYCLES]
-    assert not new, f"folders that import one another (no folder order exists): {new}\n{up}"
-
-
-def test_known_folder_cycles_still_exist():
-    groups, _ = upward_folder_arrows(folder_graph(all_imports()))
-    assert not set(KNOWN_FOLDER_CYCLES) - {frozenset(g) for g in groups}, (
-        "stale entries in KNOWN_FOLDER_CYCLES"
-    )
+    assert not groups, f"folders that import one another (no folder order exists): {groups}\n{up}"
 
 
 def test_the_folder_check_finds_a_cycle_between_folders():

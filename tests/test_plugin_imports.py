@@ -66,9 +66,9 @@ def test_plugins_and_their_tests_import_only_the_public_surface(path):
 
 def test_the_checker_catches_an_internal_import(tmp_path):
     source = tmp_path / "bad.py"
-    source.write_text("from fedkit_core.contract.context import derive_seed\nimport fedkit_core\n")
-    assert fedkit_imports(source) == ["fedkit_core.contract.context", "fedkit_core"]
-    assert internal_imports(source) == ["fedkit_core.contract.context"]
+    source.write_text("from fedkit_core.hooks.context import derive_seed\nimport fedkit_core\n")
+    assert fedkit_imports(source) == ["fedkit_core.hooks.context", "fedkit_core"]
+    assert internal_imports(source) == ["fedkit_core.hooks.context"]
 
 
 def test_the_testing_helpers_are_for_tests_only(tmp_path):

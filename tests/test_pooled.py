@@ -15,12 +15,12 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from fedkit_core import resume, run
 from fedkit_core.cli import main
-from fedkit_core.contract.context import ClientContext, batch_count
 from fedkit_core.contract.observer import Observer
 from fedkit_core.engines.pooled import TRAINER, round_steps
 from fedkit_core.engines.scoring import Scoring
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import prepare
+from fedkit_core.hooks.context import ClientContext, batch_count
 from fedkit_core.resolve import resolve_config
 from fedkit_core.testing import InterruptAfter, tiny, tiny_seg
 

@@ -216,9 +216,9 @@ def test_sample_level_replaces_batch_norm_and_accounts_each_client():
 
 
 def test_sample_level_model_has_group_norm_on_every_party():
-    from fedkit_core.contract.context import ServerContext
     from fedkit_core.engines.model import build_model
     from fedkit_core.federation import prepare
+    from fedkit_core.hooks.context import ServerContext
 
     cfg, plugins = resolve_config(tiny(dp={"level": "sample"}))
     fed = prepare(cfg, plugins)

@@ -15,9 +15,9 @@ import yaml
 
 from fedkit_core import resume, run
 from fedkit_core.cli.display import privacy_line
-from fedkit_core.contract.context import derive_seed
 from fedkit_core.contract.messages import Update
 from fedkit_core.engines.checkpoint import ServerCheckpoints
+from fedkit_core.hooks.context import derive_seed
 from fedkit_core.privacy import noise
 from fedkit_core.privacy.client_level import floating
 from fedkit_core.privacy.layer import ServerPrivacy

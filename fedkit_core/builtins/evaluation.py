@@ -3,7 +3,7 @@ pooled over clients into the ``global`` scope."""
 
 from __future__ import annotations
 
-from fedkit_core.contract.hookspecs import hookimpl
+from fedkit_core.hooks.hookspecs import hookimpl
 
 
 @hookimpl(trylast=True)

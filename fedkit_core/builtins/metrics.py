@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from fedkit_core.contract.hookspecs import hookimpl
+from fedkit_core.hooks.hookspecs import hookimpl
 from fedkit_core.metrics import classification_metrics, segmentation_metrics
 from fedkit_core.metrics.statistics import metrics_from_stats
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedkit_core.contract.hookspecs import hookimpl
+from fedkit_core.hooks.hookspecs import hookimpl
 from fedkit_core.models import build_model
 from fedkit_core.tasks.loading import fixed_normalizer
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from fedkit_core.contract.hookspecs import hookimpl
+from fedkit_core.hooks.hookspecs import hookimpl
 
 
 @hookimpl(trylast=True)

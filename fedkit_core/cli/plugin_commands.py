@@ -19,7 +19,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from fedkit_core.cli.options import err_console
-from fedkit_core.contract import hookspecs
+from fedkit_core.hooks import hookspecs
 
 #: the entry-point group of the modules that add commands (``fedkit_register_commands``)
 COMMANDS_GROUP = "fedkit.commands"

@@ -1,7 +1,6 @@
-"""The contract between the core and its plugins, in one place.
+"""The vocabulary of the contract between the core and its plugins: what the hooks
+(:mod:`fedkit_core.hooks`) speak in.
 
-* :mod:`~fedkit_core.contract.hookspecs`: every hook, documented (like pytest's hookspec.py)
-* :mod:`~fedkit_core.contract.context`: what hooks see, a client's and the server's context
 * :mod:`~fedkit_core.contract.messages`: the wire format, named arrays and plain scalars
 * :mod:`~fedkit_core.contract.options`: typed config options, declared alike by the core,
   tasks and plugins

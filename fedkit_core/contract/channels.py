@@ -1,6 +1,6 @@
 """What a run sends beyond the model update, and whether a private run may send it.
 
-A plugin declares each channel it adds with :func:`fedkit_core.contract.hookspecs.fedkit_channels`
+A plugin declares each channel it adds with :func:`fedkit_core.hooks.hookspecs.fedkit_channels`
 (a :class:`Channel`): a scalar its clients report with their updates, the answers to its
 queries, or an aggregation that needs every client's update one by one. A DP run
 (``dp.level``) or a secure-aggregation run (``secagg.enabled``) refuses, before any data is

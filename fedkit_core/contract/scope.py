@@ -3,7 +3,7 @@
 Inside a hook, ``ctx.options()``, ``ctx.state`` and ``client.scratch`` belong to the plugin
 whose hook is running, under the name it was registered with; the plugin manager
 (:mod:`fedkit_core.plugin_manager`) sets the scope around every hook call of a registered plugin,
-and the contexts (:mod:`fedkit_core.contract.context`) read it.
+and the contexts (:mod:`fedkit_core.hooks.context`) read it.
 """
 
 from __future__ import annotations

@@ -39,13 +39,13 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.contract.context import derive_seed
 from fedkit_core.contract.messages import Arrays, Message, Update
 from fedkit_core.contract.options import Option
 from fedkit_core.engines.clock import Clock
 from fedkit_core.engines.exchange import Exchange, Transport
 from fedkit_core.engines.rounds import Federation, RoundMode
 from fedkit_core.errors import ClientFailure, FedkitError
+from fedkit_core.hooks.context import derive_seed
 
 #: the fit message's scalar that numbers a client's dispatches (its training is seeded by it)
 TRIP = "trip"

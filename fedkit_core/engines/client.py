@@ -22,7 +22,6 @@ import torch
 
 from fedkit_core.allocator import keep_freed_memory
 from fedkit_core.config import Config
-from fedkit_core.contract.context import ClientContext, derive_seed
 from fedkit_core.contract.data import Batch, ClientData, TaskInfo
 from fedkit_core.contract.messages import (
     Message,
@@ -43,6 +42,7 @@ from fedkit_core.engines.training import LocalTraining
 from fedkit_core.engines.trunk import OFF, TrunkCache, cache_mode
 from fedkit_core.engines.upload import fit_reply, plugin_report
 from fedkit_core.errors import FedkitError
+from fedkit_core.hooks.context import ClientContext, derive_seed
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.plugin_manager import PluginSet
 from fedkit_core.privacy.checks import declared_channels

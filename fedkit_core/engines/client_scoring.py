@@ -14,10 +14,10 @@ from collections.abc import Mapping
 import torch
 import torch.nn.functional as F
 
-from fedkit_core.contract.context import ClientContext
 from fedkit_core.contract.data import SEGMENTATION, Batch
 from fedkit_core.contract.messages import Message
 from fedkit_core.errors import FedkitError
+from fedkit_core.hooks.context import ClientContext
 from fedkit_core.metrics.segmentation import per_sample_dice
 from fedkit_core.metrics.statistics import classification_stats, segmentation_stats
 

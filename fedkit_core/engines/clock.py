@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from fedkit_core.config import Config
-from fedkit_core.contract.context import derive_seed
 from fedkit_core.contract.messages import Message
+from fedkit_core.hooks.context import derive_seed
 from fedkit_core.sites import Availability, SiteProfile, parse_sites
 
 #: the kinds of message whose round trip the clock counts

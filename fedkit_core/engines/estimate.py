@@ -15,12 +15,12 @@ from collections.abc import Mapping
 
 import torch
 
-from fedkit_core.contract.context import ClientContext
 from fedkit_core.contract.data import SEGMENTATION, ClientInfo
 from fedkit_core.devices import place_model
 from fedkit_core.engines.model import build_model
 from fedkit_core.engines.selection import cohort_size
 from fedkit_core.engines.server import Server
+from fedkit_core.hooks.context import ClientContext
 
 #: timed training steps (after one untimed warm-up step)
 STEPS = 3

@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 
 from fedkit_core.config import Config
-from fedkit_core.contract.context import ServerContext
 from fedkit_core.contract.messages import Arrays, Message, enclose, take_out
 from fedkit_core.contract.protocol import EVALUATION
 from fedkit_core.engines.exchange import Exchange, Transport
 from fedkit_core.engines.scoring import Scoring
+from fedkit_core.hooks.context import ServerContext
 from fedkit_core.results.schema import best_round
 
 

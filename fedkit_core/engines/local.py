@@ -17,7 +17,6 @@ import time
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.contract.context import ClientContext, derive_seed
 from fedkit_core.contract.observer import Observer
 from fedkit_core.contract.options import Option
 from fedkit_core.devices import place_model
@@ -39,6 +38,7 @@ from fedkit_core.engines.workers import (
 )
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import prepare
+from fedkit_core.hooks.context import ClientContext, derive_seed
 from fedkit_core.plugin_manager import PluginSet, installed
 from fedkit_core.results.schema import Results
 from fedkit_core.results.store import RunDir

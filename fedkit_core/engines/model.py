@@ -6,8 +6,8 @@ below both (:mod:`fedkit_core.engines.client`, :mod:`fedkit_core.engines.server`
 
 from __future__ import annotations
 
-from fedkit_core.contract.context import ClientContext, ServerContext
 from fedkit_core.errors import FedkitError
+from fedkit_core.hooks.context import ClientContext, ServerContext
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.plugin_manager import PluginSet
 from fedkit_core.privacy.sample_level import prepare_model

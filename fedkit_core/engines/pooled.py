@@ -23,7 +23,7 @@ and without method plugins (:func:`fedkit_core.resolve.resolve_config` refuses t
   ``S_r`` is the same client sample as a method's round r (``sample_fraction``, drawn from
   the seed), ``n_k`` client k's training samples and ``batch_count`` the batches of local
   training: ``ceil(n_k / B)``, less a trailing batch of a single sample, which local training
-  drops (:func:`~fedkit_core.contract.context.batch_count`). The trainer makes exactly
+  drops (:func:`~fedkit_core.hooks.context.batch_count`). The trainer makes exactly
   ``steps_r`` steps on batches of ``batch_size`` samples of the shuffled union, pass after
   pass (each pass a fresh shuffle from the round's seed; the last one cut at the budget):
   about ``local_epochs`` epochs of the union per round, with up to one more step per sampled
@@ -54,7 +54,6 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.contract.context import ClientContext, batch_count, derive_seed
 from fedkit_core.contract.data import Batch, ClientData, Split
 from fedkit_core.contract.messages import Message
 from fedkit_core.contract.observer import Observer
@@ -68,6 +67,7 @@ from fedkit_core.engines.shared import SharedModel
 from fedkit_core.engines.workers import LocalTransport
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import prepare
+from fedkit_core.hooks.context import ClientContext, batch_count, derive_seed
 from fedkit_core.plugin_manager import PluginSet
 
 if TYPE_CHECKING:

@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from fedkit_core.config import Config
-from fedkit_core.contract.context import ServerContext
 from fedkit_core.contract.messages import Message, Reply
 from fedkit_core.contract.observer import Observer
 from fedkit_core.contract.options import Option
 from fedkit_core.engines.exchange import Exchange, Transport
+from fedkit_core.hooks.context import ServerContext
 
 ROUND_OPTIONS = (
     Option(

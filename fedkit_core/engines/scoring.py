@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from fedkit_core.contract.context import ServerContext
 from fedkit_core.errors import FedkitError
+from fedkit_core.hooks.context import ServerContext
 from fedkit_core.metrics.fairness import fairness
 from fedkit_core.metrics.statistics import add_stats, predicted_classes
 from fedkit_core.plugin_manager import BUILTINS

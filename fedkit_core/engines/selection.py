@@ -1,7 +1,7 @@
 """Who trains each round: the selection rules, chosen by the ``selection`` key.
 
 A selection rule is a function ``rule(server, clients) -> client ids`` (``server`` a
-:class:`~fedkit_core.contract.context.ServerContext` whose ``round`` is set; ``clients``
+:class:`~fedkit_core.hooks.context.ServerContext` whose ``round`` is set; ``clients``
 every client id of the task). The built-in ``sample`` rule is a method plugin's choice
 (``fedkit_select_clients``, e.g. Cyclic's turns) or else ``sample_fraction`` of the
 clients drawn from the seed and the round. A plugin adds rules with the hook
@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from fedkit_core.contract.context import ServerContext, derive_seed
 from fedkit_core.contract.options import Option
 from fedkit_core.errors import FedkitError, unknown
+from fedkit_core.hooks.context import ServerContext, derive_seed
 
 #: a selection rule: the ids that train this round, from every client id of the task
 SelectionRule = Callable[[ServerContext, Sequence[str]], Sequence[str]]

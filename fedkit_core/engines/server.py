@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.contract.context import ServerContext, derive_seed, lr_at
 from fedkit_core.contract.data import CLASSIFICATION, TaskInfo
 from fedkit_core.contract.messages import (
     Arrays,
@@ -42,6 +41,7 @@ from fedkit_core.engines.modes import mode_class
 from fedkit_core.engines.selection import cohort_size, selection_rule
 from fedkit_core.engines.strategy import Strategy, asker
 from fedkit_core.errors import FedkitError
+from fedkit_core.hooks.context import ServerContext, derive_seed, lr_at
 from fedkit_core.plugin_manager import PluginSet
 from fedkit_core.privacy.layer import hides_sampling
 from fedkit_core.privacy.rounds import private

@@ -9,11 +9,11 @@ from typing import Protocol
 
 import torch
 
-from fedkit_core.contract.context import ClientContext
 from fedkit_core.contract.data import Batch
 from fedkit_core.contract.messages import Message
 from fedkit_core.devices import input_layout, joined
 from fedkit_core.engines.client_scoring import client_views, evaluation_reply, scored
+from fedkit_core.hooks.context import ClientContext
 from fedkit_core.models.fedmodel import FedModel
 
 

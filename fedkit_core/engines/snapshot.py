@@ -20,9 +20,9 @@ from typing import Any, Protocol
 
 import torch
 
-from fedkit_core.contract.context import ClientContext
 from fedkit_core.errors import FedkitError
 from fedkit_core.fileio import write_torch
+from fedkit_core.hooks.context import ClientContext
 
 
 class Stateful(Protocol):

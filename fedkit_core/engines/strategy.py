@@ -16,13 +16,13 @@ from typing import Any
 
 import torch
 
-from fedkit_core.contract.context import ServerContext
 from fedkit_core.contract.messages import Arrays, Message, Reply, Update, check_arrays, take_out
 from fedkit_core.contract.observer import Observer
 from fedkit_core.contract.protocol import PAYLOAD
 from fedkit_core.engines.exchange import Exchange, Transport
 from fedkit_core.engines.selection import SelectionRule, select
 from fedkit_core.errors import FedkitError
+from fedkit_core.hooks.context import ServerContext
 from fedkit_core.plugin_manager import BUILTINS
 
 

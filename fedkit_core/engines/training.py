@@ -15,9 +15,9 @@ from typing import Any
 import torch
 
 from fedkit_core.contract.channels import SAMPLE, dp_level
-from fedkit_core.contract.context import ClientContext
 from fedkit_core.contract.data import Batch
 from fedkit_core.errors import FedkitError
+from fedkit_core.hooks.context import ClientContext
 from fedkit_core.privacy.sample_level import DPSGD
 
 #: the passes of one round's training (each an iterable of batches), made when needed

@@ -41,11 +41,11 @@ from typing import Any
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.contract.context import derive_seed
 from fedkit_core.contract.data import ClientData, Normalizer, Split
 from fedkit_core.devices import autocast_forward, input_layout
 from fedkit_core.errors import FedkitError
 from fedkit_core.fileio import write_torch
+from fedkit_core.hooks.context import derive_seed
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.models.trunk import Trunk, frozen_trunk
 from fedkit_core.plugin_manager import PluginSet

@@ -14,10 +14,10 @@ from typing import Any
 import torch
 
 from fedkit_core.contract.channels import reserved
-from fedkit_core.contract.context import ClientContext
 from fedkit_core.contract.messages import Message, Payload, check_arrays, check_scalars
 from fedkit_core.contract.protocol import PAYLOAD
 from fedkit_core.errors import FedkitError
+from fedkit_core.hooks.context import ClientContext
 from fedkit_core.privacy.layer import client_reply, is_private
 
 

@@ -2,7 +2,7 @@
 
 Two runs with the same seed share the partition, the initial model and the client sampling
 (each is drawn from its own stream derived from the seed, see
-:func:`fedkit_core.contract.context.derive_seed`), so the per-seed differences
+:func:`fedkit_core.hooks.context.derive_seed`), so the per-seed differences
 ``d_k = method_k - baseline_k`` remove the seed-to-seed spread the two runs have in common.
 :func:`paired_difference` reports their mean with two 95% confidence intervals:
 

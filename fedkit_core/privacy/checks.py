@@ -4,7 +4,7 @@ update); the rules a private run must keep are :func:`fedkit_core.rules.check_pr
 from __future__ import annotations
 
 from fedkit_core.contract.channels import Channel
-from fedkit_core.contract.context import ServerContext
+from fedkit_core.hooks.context import ServerContext
 from fedkit_core.plugin_manager import BUILTINS, PluginSet
 
 

@@ -3,7 +3,7 @@ built-in plugin (``dp`` in :data:`fedkit_core.plugin_manager.BUILTINS`)."""
 
 from __future__ import annotations
 
-from fedkit_core.contract.hookspecs import hookimpl
+from fedkit_core.hooks.hookspecs import hookimpl
 from fedkit_core.privacy.options import DP_OPTIONS
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from fedkit_core.config import Config
-from fedkit_core.contract.context import derive_seed
+from fedkit_core.hooks.context import derive_seed
 
 #: ``final.privacy.noise`` of a run whose noise no file records
 SECRET = (

@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fedkit_core.config import Config
-from fedkit_core.contract.context import ServerContext
 from fedkit_core.contract.messages import Message, Update, message_bytes
 from fedkit_core.errors import FedkitError
+from fedkit_core.hooks.context import ServerContext
 from fedkit_core.plugin_manager import PluginSet
 from fedkit_core.privacy.checks import declared_channels
 from fedkit_core.privacy.layer import (

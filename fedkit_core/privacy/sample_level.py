@@ -32,7 +32,7 @@ step would drop it. Under hooks, :meth:`DPSGD.check_captured` compares the two o
 run naming the plugins when they differ.
 
 Unless the plugin declares the term a *parameter term*
-(:data:`~fedkit_core.contract.hookspecs.PARAMETER_TERMS`): a function of the parameters and
+(:data:`~fedkit_core.hooks.hookspecs.PARAMETER_TERMS`): a function of the parameters and
 of values fixed before local training alone, of no sample. Such terms are summed apart; their
 gradient (``torch.autograd.grad``, leaving the per-sample gradients alone) is added to the
 privatised gradient of the other terms after Opacus's clipping, noise and scaling and before
@@ -60,11 +60,11 @@ import torch
 
 from fedkit_core.config import Config
 from fedkit_core.contract.channels import SAMPLE, dp_level
-from fedkit_core.contract.context import ClientContext, take_views
 from fedkit_core.contract.data import Batch
-from fedkit_core.contract.hookspecs import PARAMETER_TERMS
 from fedkit_core.devices import gather, input_layout
 from fedkit_core.errors import FedkitError
+from fedkit_core.hooks.context import ClientContext, take_views
+from fedkit_core.hooks.hookspecs import PARAMETER_TERMS
 from fedkit_core.models.fedmodel import FedModel
 from fedkit_core.privacy import accounting, noise
 from fedkit_core.privacy.options import AUTO, GHOST, HOOKS
@@ -217,7 +217,7 @@ def loss_plugins(hook: Any) -> list[str]:
 
 def parameter_terms(hook: Any) -> dict[str, str]:
     """``{term: plugin}``: the loss terms the active plugins declare parameter terms
-    (:data:`~fedkit_core.contract.hookspecs.PARAMETER_TERMS`)."""
+    (:data:`~fedkit_core.hooks.hookspecs.PARAMETER_TERMS`)."""
     return {
         term: impl.plugin_name
         for impl in hook.fedkit_loss_terms.get_hookimpls()

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from fedkit_core.contract.hookspecs import hookimpl
+from fedkit_core.hooks.hookspecs import hookimpl
 from fedkit_core.privacy.options import SECAGG_OPTIONS
 
 

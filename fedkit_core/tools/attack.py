@@ -18,11 +18,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedkit_core.contract.context import ServerContext, derive_seed
 from fedkit_core.engines.checkpoint import ServerCheckpoints
 from fedkit_core.engines.model import build_model
 from fedkit_core.errors import FedkitError
 from fedkit_core.federation import prepare
+from fedkit_core.hooks.context import ServerContext, derive_seed
 from fedkit_core.resolve import resolve_config
 from fedkit_core.results.store import RunDir
 

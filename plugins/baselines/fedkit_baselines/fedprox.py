@@ -21,7 +21,7 @@ from fedkit_core.plugin import Option, hookimpl
 fedkit_api = 2
 #: batch.x reaches only the model: the frozen-trunk cache may hand it the trunk's outputs
 fedkit_frozen_cache = True
-#: the proximal term depends on no sample (fedkit_core.contract.hookspecs.PARAMETER_TERMS)
+#: the proximal term depends on no sample (fedkit_core.hooks.hookspecs.PARAMETER_TERMS)
 fedkit_parameter_terms = ("fedprox.proximal",)
 
 

@@ -59,10 +59,10 @@ if TYPE_CHECKING:
     import torch
 
     from fedkit_core.contract.channels import Channel
-    from fedkit_core.contract.context import ClientContext, ServerContext
     from fedkit_core.contract.data import Batch
     from fedkit_core.contract.messages import Payload, Reply, Scalar, Update
     from fedkit_core.contract.options import Option
+    from fedkit_core.hooks.context import ClientContext, ServerContext
     from fedkit_core.models.fedmodel import FedModel
 
 API_VERSION = 2
