@@ -308,6 +308,10 @@ def fedmas_weights(method: Method, runs: Mapping[str, Sequence[Results]], where:
         row["1/K, normalised"] = f"{flat[row['client']]:.3f}"
     last = {cid: statistics.fmean(record[f"fed-mas.weight.{cid}"]) for cid in clients}
     tv_flat = 0.5 * sum(abs(last[cid] - flat[cid]) for cid in clients)
+    effect = _weight_effect(method, runs, last, record)
+    for row in table:
+        if effect:
+            row[effect[0]] = f"{effect[1][row['client']]:+.3f}"
     figure = FIGURES / f"{method.slug}-weights.png"
     _plot_weights(weights, shares, figure)
     tv = record["fed-mas.tv_from_size_mean"]
@@ -317,7 +321,8 @@ def fedmas_weights(method: Method, runs: Mapping[str, Sequence[Results]], where:
         "towards the large ones. Total-variation distance between MAS's weights and the data "
         f"shares FedAvg uses, averaged over every round: {_mean_std(tv)} (0: MAS weighed as "
         "FedAvg would; 1: disjoint). The runs use the authors' normalised rescue factor; the "
-        "paper's Eq. 3 (`fed-mas.rf=raw`) was not run (an ablation costs the section again).",
+        "paper's Eq. 3 (`fed-mas.rf=raw`) was not run over the recipe (a 3-round run of it, "
+        "in docs/plugins/fed-mas.md, weighs the clients otherwise).",
         "",
         "What the normalised factor measures: with both per-class distance vectors normalised "
         "over the K classes a client has, the factor is K x (1/K)^2 = 1/K wherever the "
@@ -325,13 +330,46 @@ def fedmas_weights(method: Method, runs: Mapping[str, Sequence[Results]], where:
         "client holds, whatever its distance to the prior. Total-variation distance between "
         f"the last round's MAS weights (seed mean) and 1/K normalised: {tv_flat:.4f} (0: the "
         "weights are the class count alone; K counted in each client's training split by "
-        "`fedkit data`'s loader).",
+        "`fedkit data`'s loader)." + (effect[2] if effect else ""),
         "",
         rows_markdown(table),
         "",
         f"![Fed-MAS weights per round]({figure.relative_to('docs')})",
         "",
     ]
+
+
+def _weight_effect(
+    method: Method,
+    runs: Mapping[str, Sequence[Results]],
+    weights: Mapping[str, float],
+    record: Mapping[str, list[float]],
+) -> tuple[str, dict[str, float], str] | None:
+    """Each client's change in its own test score against the baseline (seed means), its
+    column name, and a sentence on how it follows the weight MAS moved to or from the client
+    (its weight minus its data share; Spearman over the clients). None without the
+    baseline's runs."""
+    done, base = runs.get(method.method, []), runs.get(method.baseline, [])
+    metric = done[0]["task"].get("main_metric") if done else None
+    if not base or not metric:
+        return None
+
+    def mean(results: Sequence[Results], cid: str) -> float:
+        return statistics.fmean(r.final["clients"][cid][metric] for r in results)
+
+    change = {cid: mean(done, cid) - mean(base, cid) for cid in weights}
+    moved = {
+        cid: weights[cid] - statistics.fmean(record[f"fed-mas.size_share.{cid}"]) for cid in weights
+    }
+    rho = stats.spearmanr([moved[c] for c in weights], [change[c] for c in weights]).statistic
+    cut = min(moved, key=moved.get)
+    sentence = (
+        f" The weight MAS moves (its weight minus the data share) and each client's change in "
+        f"its own test {metric} against {method.baseline} have Spearman {rho:+.2f} over the "
+        f"{len(weights)} clients; the client MAS cuts most, {cut} ({moved[cut]:+.3f}), "
+        f"changes by {change[cut]:+.3f}."
+    )
+    return f"test {metric} change vs {method.baseline}", change, sentence
 
 
 def present_classes(run: Results) -> dict[str, int]:

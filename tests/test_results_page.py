@@ -323,6 +323,18 @@ def test_fed_mas_mechanism_sets_its_weights_beside_the_data_and_the_class_counts
     assert "0.4000 ± 0.0000" in lines[0]
     assert "1/K normalised: 0.0000" in lines[2]  # 0.5 each, and both hold every class
     assert f"| {ids[0]} | 0.5000 ± 0.0000 | 0.500 - 0.600 | 0.9000 ± 0.0000 |" in lines[4]
+
+    def scored(run: Results, values) -> Results:  # each client's final test bACC
+        clients = {cid: {"bacc": v} for cid, v in zip(ids, values)}
+        task = {"client_ids": ids, "main_metric": "bacc"}
+        return Results({**run, "task": task, "final": {**run["final"], "clients": clients}})
+
+    runs = {"fed-mas": [scored(run, (0.4, 0.5))] * 2, "fedavg": [scored(run, (0.6, 0.45))] * 2}
+    lines = page.fedmas_weights(mas, runs, tmp_path)
+    # site0 loses 0.4 of weight against its share and 0.2 of bACC; site1 gains both
+    assert "have Spearman +1.00 over the 2 clients" in lines[2]
+    assert f"the client MAS cuts most, {ids[0]} (-0.400), changes by -0.200" in lines[2]
+    assert lines[4].splitlines()[2].endswith("| -0.200 |")
     assert (tmp_path / page.FIGURES / "x-weights.png").is_file()
 
 
