@@ -690,7 +690,7 @@ METHODS = [
         "The Kermany chest X-rays (task `pneumonia-cxr`, train 5,216, the official test 624) "
         "at 64 px grey with the paper's six fractions (c0, c1 large), the small CNN as the "
         "shared small model and a CIFAR ResNet-20 as the large private one (the paper: "
-        "ResNet-20 and ResNet-110), 60 rounds of SGD 0.05 with lr x0.1 at rounds 41 and 49 for "
+        "ResNet-20 and ResNet-110), 20 rounds of SGD 0.05 with lr x0.1 at rounds 14 and 17 for "
         "every runspec, offline knowledge from two frozen pretrained encoders with linear "
         "probes on RetinaMNIST's images as the public set (not the task's data; the paper: "
         "CLIP zero-shot on CIFAR-100); public batches leave the BatchNorm statistics alone.",
