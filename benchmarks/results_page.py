@@ -1057,10 +1057,12 @@ def section(
     jobs: int,
     references: bool = True,
     executor: Executor | None = None,
+    ablations: bool = True,
 ) -> tuple[list[str], dict[str, Any]]:
     """Run one method's comparison (and ablations) and return its part of the page and its
     line in the summary table. Without ``references`` only the baseline and the method run
-    (the verdict needs no more), and the section says the references were not run."""
+    (the verdict needs no more), and the section says the references were not run; without
+    ``ablations`` the section names the ablations it did not run."""
     seeds_text = ",".join(map(str, seeds))
     sets = [*method.sets, *sets]
     specs = method.runspecs if references else method.runspecs[:2]
@@ -1154,10 +1156,12 @@ def section(
         lines += method.mechanism(method, runs, where)
     if method.diagnosis is not None:
         lines += method.diagnosis(method)
-    for ablation in method.ablations:
+    for ablation in method.ablations if ablations else ():
         more, spent = ablation_section(method, ablation, sets, seeds, out, jobs, executor)
         lines += more
         hours += spent
+    if not ablations:
+        lines += unrun_ablations(method)
     summary = {
         "method": method.name,
         "claim": "; ".join(c.text for c in method.claims),
@@ -1270,6 +1274,19 @@ def share_runs(source: Path, where: Path, runspecs: Sequence[str]) -> None:
             if src.is_dir() and not dst.exists():
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copytree(src, dst, copy_function=os.link)
+
+
+def unrun_ablations(method: Method) -> list[str]:
+    """The lines that name a section's ablations skipped with ``--no-ablations``, so that a
+    page never reads as though its method had none."""
+    if not method.ablations:
+        return []
+    plural = "s" if len(method.ablations) > 1 else ""
+    asked = "; ".join(f"*{a.question}*" for a in method.ablations)
+    return [
+        f"Not run in this regeneration (CPU time: `--no-ablations`): the ablation{plural} {asked}",
+        "",
+    ]
 
 
 def ablation_section(
@@ -1430,6 +1447,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         "without pooled and solo (where their runs cost hours here); the page says so",
     )
     parser.add_argument(
+        "--no-ablations",
+        default="",
+        metavar="METHODS",
+        help="comma-separated methods whose ablations are not run (CPU time); the page says so",
+    )
+    parser.add_argument(
         "--seeds-of",
         action="append",
         default=[],
@@ -1497,6 +1520,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 args.jobs,
                 references=item.slug not in args.no_references.split(","),
                 executor=executor,
+                ablations=item.slug not in args.no_ablations.split(","),
             )
         body += lines
         summary.append(line)

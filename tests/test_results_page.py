@@ -364,3 +364,10 @@ def test_an_unknown_section_is_refused_before_anything_runs(capsys):
     with pytest.raises(SystemExit):
         page.main(["--only", "fca,nope"])
     assert "unknown sections ['nope']" in capsys.readouterr().err
+
+
+def test_a_section_run_without_its_ablations_names_them():
+    fedcb = next(m for m in page.SECTIONS if m.slug == "fedcb")
+    lines = page.unrun_ablations(fedcb)
+    assert "--no-ablations" in lines[0] and fedcb.ablations[0].question in lines[0]
+    assert page.unrun_ablations(next(m for m in page.SECTIONS if m.slug == "fedcb-0.1")) == []
