@@ -521,10 +521,43 @@ def fedhelp_scores(method: Method, runs: Mapping[str, Sequence[Results]], where:
     return [
         "**Mechanism: what the small clients learned from the APIs.** The paper's mechanism "
         "weighs each API per public sample by a learned contribution score a_m. Here: "
-        f"{text}. The public batches no longer touch the shared backbone's BatchNorm "
-        "running statistics (docs/plugins/fedhelp.md).",
+        f"{text}. {api_knowledge(method)} The public batches no longer touch the shared "
+        "backbone's BatchNorm running statistics (docs/plugins/fedhelp.md).",
         "",
     ]
+
+
+def api_knowledge(method: Method) -> str:
+    """What each API of FedHelp's knowledge file knows: its accuracy on the public labels and
+    how often two APIs disagree (:func:`fedkit_priors.knowledge.api_agreement`). The APIs
+    answer in the public set's classes, never the task's: what reaches the task is what the
+    shared backbone learns from matching them."""
+    from fedkit_priors.knowledge import api_agreement, load_knowledge
+
+    path = Path(load_yaml(method.config)["fedhelp"]["knowledge"])
+    if not path.is_file():
+        return f"(No knowledge file at {path}: the APIs' answers were not measured.)"
+    knowledge = load_knowledge(path)
+    found = api_agreement(knowledge)
+
+    def short(api: str) -> str:  # the API without its weights' path
+        return f"`{api.partition('@')[0]}`"
+
+    known = "; ".join(
+        f"{short(api)} acc {found[f'{api} acc']:.3f}, bACC {found[f'{api} bacc']:.3f}"
+        for api in knowledge.apis
+        if f"{api} acc" in found
+    )
+    apart = "; ".join(
+        f"{short(a)} and {short(b)} on {found[f'{a} vs {b} disagree']:.1%} of them"
+        for i, a in enumerate(knowledge.apis)
+        for b in knowledge.apis[i + 1 :]
+    )
+    return (
+        f"The APIs answer in the public set's {len(knowledge.classes)} classes "
+        f"({', '.join(knowledge.classes)}), not the task's: on the {len(knowledge.labels)} "
+        f"public samples' labels {known or 'unknown'}; they disagree: {apart or '-'}."
+    )
 
 
 ISIC_RECIPE = (

@@ -5,6 +5,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fedkit_core.config import load_yaml, parse_sets
@@ -371,3 +372,24 @@ def test_a_section_run_without_its_ablations_names_them():
     lines = page.unrun_ablations(fedcb)
     assert "--no-ablations" in lines[0] and fedcb.ablations[0].question in lines[0]
     assert page.unrun_ablations(next(m for m in page.SECTIONS if m.slug == "fedcb-0.1")) == []
+
+
+def test_fedhelps_mechanism_says_what_each_api_knows_of_the_public_labels(tmp_path):
+    knowledge = pytest.importorskip("fedkit_priors.knowledge")
+    probs = np.zeros((4, 2, 2), dtype=np.float32)
+    probs[:, 0, :] = [[0.9, 0.1], [0.9, 0.1], [0.1, 0.9], [0.1, 0.9]]  # right on all four
+    probs[:, 1, :] = [[0.9, 0.1]] * 4  # always class 0: right on half
+    found = knowledge.Knowledge(
+        np.zeros((4, 8, 8, 3), np.uint8), probs, np.array([0, 0, 1, 1]), ["a@w.th", "b"], ["x", "y"]
+    )
+    knowledge.save_knowledge(found, tmp_path / "k.npz")
+    (tmp_path / "c.yaml").write_text(f"fedhelp: {{knowledge: {tmp_path / 'k.npz'}}}\n")
+    fedhelp = next(m for m in page.SECTIONS if m.slug == "fedhelp")
+    text = page.api_knowledge(page.replace(fedhelp, config=str(tmp_path / "c.yaml")))
+    assert "2 classes (x, y)" in text
+    assert "`a` acc 1.000, bACC 1.000" in text and "`b` acc 0.500, bACC 0.500" in text
+    assert "`a` and `b` on 50.0% of them" in text
+    (tmp_path / "k.npz").unlink()
+    assert "No knowledge file" in page.api_knowledge(
+        page.replace(fedhelp, config=str(tmp_path / "c.yaml"))
+    )
