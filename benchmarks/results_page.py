@@ -1189,11 +1189,12 @@ def section(
         lines += method.mechanism(method, runs, where)
     if method.diagnosis is not None:
         lines += method.diagnosis(method)
-    for ablation in method.ablations if ablations else ():
-        more, spent = ablation_section(method, ablation, sets, seeds, out, jobs, executor)
-        lines += more
-        hours += spent
-    if not ablations:
+    if ablations:
+        for ablation in method.ablations:
+            more, spent = ablation_section(method, ablation, sets, seeds, out, jobs, executor)
+            lines += more
+            hours += spent
+    else:
         lines += unrun_ablations(method)
     summary = {
         "method": method.name,
