@@ -91,7 +91,7 @@ def _leaks(documents: dict[str, Any], sampled: dict[int, set[str]]) -> list[str]
             if isinstance(node, dict) and ids == frozenset(CLIENTS):
                 for field in {k for v in node.values() if isinstance(v, dict) for k in v}:
                     values = {c: node[c].get(field) for c in CLIENTS}
-                    if not all(isinstance(v, int) for v in values.values()):
+                    if not all(type(v) is int for v in values.values()):  # no bools
                         continue
                     split = frozenset(c for c in CLIENTS if values[c] != values[CLIENTS[0]])
                     if split in subsets or frozenset(CLIENTS) - split in subsets:

@@ -90,13 +90,18 @@ def noisy_mean_of_sum(
     generator: torch.Generator,
 ) -> Arrays:
     """:func:`noisy_mean` from the sum of the updates ``total`` (what secure aggregation
-    gives the server)."""
+    gives the server). Batch norm's variances (``*running_var``) are clamped at 0 after the
+    noise: post-processing, so free of privacy cost, and without it a variance the noise
+    made negative turns every activation after that layer into NaN."""
     out = {k: v.clone() for k, v in global_state.items()}
     for k in floating(global_state):
         g = global_state[k].double()
         noise = torch.randn(g.shape, generator=generator, dtype=torch.float64)
         summed = total[k].double().reshape(g.shape)
-        out[k] = (g + (summed + noise_std * noise) / denominator).to(global_state[k].dtype)
+        mean = g + (summed + noise_std * noise) / denominator
+        if k.endswith("running_var"):
+            mean = mean.clamp(min=0.0)
+        out[k] = mean.to(global_state[k].dtype)
     return out
 
 
