@@ -51,6 +51,7 @@ from fedkit_core.results.clients import client_values, clients_section, gain_row
 from fedkit_core.results.compare import ENVIRONMENTS_DIFFER, Comparison, diff_rows, runspec_label
 from fedkit_core.results.compare import metric_label as label
 from fedkit_core.results.convergence import convergence_note
+from fedkit_core.results.labels import value_range
 from fedkit_core.results.schema import Results
 from fedkit_core.results.tables import markdown_table, rows_markdown
 
@@ -915,7 +916,13 @@ def paired_numbers(
                 missing.append(number)
                 continue
             rows.append(
-                (number, text, paired_difference(values, base, higher_is_better=claim.higher))
+                (
+                    number,
+                    text,
+                    paired_difference(
+                        values, base, higher_is_better=claim.higher, bounds=value_range(key)
+                    ),
+                )
             )
         adjusted = holm([paired_p(d["per_seed"]) for _, _, d in rows]) if claim.per_client else []
         for k, (number, text, d) in enumerate(rows):

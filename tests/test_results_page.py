@@ -91,6 +91,20 @@ def test_a_claim_is_reproduced_only_when_its_paired_interval_excludes_zero_its_w
     assert verdict == "not reproduced" and "significantly worse" in said[0]
 
 
+def test_a_verdicts_interval_stays_inside_the_metrics_range_as_the_table_does():
+    """An accuracy difference lies in [-1, 1]: the verdict's t-interval is clipped there,
+    as the paired-difference table (fedkit compare) clips it (FedCB at Dir 0.1 printed
+    +1.0000 in the table and +1.0232 in the verdict)."""
+    base = {"best.global.acc": [0.1, 0.6, 0.2]}
+    noisy = _found({"fedavg": base, "fca": {"best.global.acc": [0.65, 0.6, 0.7]}})
+    noisy.seeds = [0, 1, 2]
+    tested, _ = page.paired_numbers(
+        _method(page.Claim("best.global.acc")), noisy, {}, "fca", "fedavg"
+    )
+    assert tested[0].d["ci_t"][1] == 1.0 and tested[0].d["ci_t"][0] < 0
+    assert "95% CI t [" in tested[0].text and ", +1.0000]" in tested[0].text
+
+
 def test_the_g_and_s_claim_averages_the_global_and_the_clients_scores():
     found = _found(
         {
