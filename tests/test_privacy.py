@@ -114,8 +114,9 @@ def test_the_noise_std_is_noise_multiplier_times_clip_over_the_denominator():
 
 
 def test_noise_leaves_batch_norm_variances_non_negative_and_the_model_finite():
-    """Post-processing after the noise: a variance below 0 would make every activation NaN
-    (the tiny CNN at noise 1.0 predicted one class for that reason); weights stay noisy."""
+    """Post-processing after the noise: a variance below 0 would make every activation after
+    its layer NaN (a tiny CNN's noised variances reached -0.67 at noise 1.0); weights stay
+    noisy."""
     g = {"bn.running_var": torch.full((10_000,), 0.05), "bn.weight": torch.zeros(10_000)}
     gen = torch.Generator().manual_seed(0)
     out = client_level.noisy_mean(g, [g], noise_std=1.0, denominator=1, generator=gen)
