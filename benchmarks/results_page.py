@@ -629,6 +629,15 @@ METHODS = [
         (Claim("final.global.bacc"),),
         sets=("freeze_cache=off",),
         mechanism=fedmas_weights,
+        ablations=(
+            Ablation(
+                "is it the normalised rescue factor? Fed-MAS with the paper's Eq. 3 as printed "
+                "(`fed-mas.rf=raw`: the per-class distance vectors are not normalised, so a "
+                "client's overall distance from the prior also counts) against the authors' "
+                "normalised factor.",
+                ("fed-mas", f"{CONFIGS}/fed-mas-raw.yaml"),
+            ),
+        ),
     ),
     Method(
         "FedCB pilot",
