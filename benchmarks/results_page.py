@@ -98,6 +98,8 @@ class Number:
 #: Holm-adjusted (Holm 1979, step-down Bonferroni) so that "every client gains" is not
 #: read off the one of six clients that crossed 5% by chance
 ALPHA = 0.05
+#: the paired seeds of a section, unless it runs fewer where its runs cost hours here
+SEEDS = (0, 1, 2, 3, 4)
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,11 @@ class Method:
     #: clients printed in bold in the per-client tables (FedHelp: the smallest)
     highlight: tuple[str, ...] = ()
     ablations: tuple[Ablation, ...] = ()
+    #: the paired seeds this CPU affords the section (``--seeds``/``--seeds-of`` override)
+    seeds: tuple[int, ...] = SEEDS
+    #: whether ``pooled`` and ``solo`` run beside it (False where they cost hours here and
+    #: the verdict does not need them; ``--references`` runs them, the page says when not)
+    references: bool = True
     quick: tuple[str, ...] = ("rounds=2",)
     extra_metrics: tuple[str, ...] = field(default=())
     #: a measurement without training that bears on the verdict (lines of the page)
@@ -313,31 +320,65 @@ def fedmas_weights(method: Method, runs: Mapping[str, Sequence[Results]], where:
     for row in table:
         if effect:
             row[effect[0]] = f"{effect[1][row['client']]:+.3f}"
-    figure = FIGURES / f"{method.slug}-weights.png"
+    rf = done[0]["config"].get("fed-mas", {}).get("rf", "normalised")
+    figure = FIGURES / (
+        f"{method.slug}-weights.png" if rf == "normalised" else f"{method.slug}-weights-{rf}.png"
+    )
     _plot_weights(weights, shares, figure)
     tv = record["fed-mas.tv_from_size_mean"]
+    if rf == "normalised":
+        form = (
+            "The runs use the authors' normalised rescue factor; the paper's Eq. 3 "
+            "(`fed-mas.rf=raw`) is the ablation below, where the section has run it."
+        )
+        what = (
+            "What the normalised factor measures: with both per-class distance vectors "
+            "normalised over the K classes a client has, the factor is K x (1/K)^2 = 1/K "
+            "wherever the distances are about equal across classes, so the weights follow how "
+            "many classes a client holds, whatever its distance to the prior."
+        )
+    else:
+        form = "These runs use the paper's Eq. 3 as printed (`fed-mas.rf=raw`)."
+        what = (
+            "The raw factor also carries how far a client's features lie from the prior's "
+            "overall, so unlike the normalised one it need not follow the class count."
+            + _between_forms(runs.get(method.baseline, []), last, clients)
+        )
     return [
         "**Mechanism: whom MAS weighs.** The paper's mechanism is that the rescue factor moves "
         "the aggregation towards the clients whose features are far from the prior's, not "
         "towards the large ones. Total-variation distance between MAS's weights and the data "
         f"shares FedAvg uses, averaged over every round: {_mean_std(tv)} (0: MAS weighed as "
-        "FedAvg would; 1: disjoint). The runs use the authors' normalised rescue factor; the "
-        "paper's Eq. 3 (`fed-mas.rf=raw`) was not run over the recipe (a 3-round run of it, "
-        "in docs/plugins/fed-mas.md, weighs the clients otherwise).",
+        f"FedAvg would; 1: disjoint). {form}",
         "",
-        "What the normalised factor measures: with both per-class distance vectors normalised "
-        "over the K classes a client has, the factor is K x (1/K)^2 = 1/K wherever the "
-        "distances are about equal across classes, so the weights follow how many classes a "
-        "client holds, whatever its distance to the prior. Total-variation distance between "
-        f"the last round's MAS weights (seed mean) and 1/K normalised: {tv_flat:.4f} (0: the "
-        "weights are the class count alone; K counted in each client's training split by "
-        "`fedkit data`'s loader)." + (effect[2] if effect else ""),
+        f"{what} Total-variation distance between the last round's MAS weights (seed mean) "
+        f"and 1/K normalised: {tv_flat:.4f} (0: the weights are the class count alone; K "
+        "counted in each client's training split by `fedkit data`'s loader)."
+        + (effect[2] if effect else ""),
         "",
         rows_markdown(table),
         "",
         f"![Fed-MAS weights per round]({figure.relative_to('docs')})",
         "",
     ]
+
+
+def _between_forms(
+    other: Sequence[Results], weights: Mapping[str, float], clients: Sequence[str]
+) -> str:
+    """A sentence on how far ``weights`` (the last round's, seed mean) lie from the last
+    round's weights of ``other``, Fed-MAS runs with the other rescue factor; empty when
+    ``other`` recorded none (a baseline without Fed-MAS)."""
+    record = _summaries(other, "fed-mas.weight.")
+    if not all(f"fed-mas.weight.{cid}" in record for cid in clients):
+        return ""
+    theirs = {cid: statistics.fmean(record[f"fed-mas.weight.{cid}"]) for cid in clients}
+    tv = 0.5 * sum(abs(weights[cid] - theirs[cid]) for cid in clients)
+    return (
+        " Total-variation distance between the last round's weights under the two rescue "
+        f"factors (seed means): {tv:.4f} (0: Eq. 3 weighs the clients as the normalised "
+        "factor does)."
+    )
 
 
 def _weight_effect(
@@ -379,7 +420,9 @@ def present_classes(run: Results) -> dict[str, int]:
     from fedkit_core.federation import prepare
     from fedkit_core.resolve import resolve_config
 
-    config, plugins = resolve_config([run["config"]])
+    active = run["config"].get("plugins", [])  # the split is the task's: no plugin is set up
+    bare = {k: v for k, v in run["config"].items() if k not in active} | {"plugins": []}
+    config, plugins = resolve_config([bare])
     fed = prepare(config, plugins)
     return {cid: sum(int(n) > 0 for n in c.class_counts) for cid, c in fed.infos.items()}
 
@@ -629,6 +672,8 @@ METHODS = [
         (Claim("final.global.bacc"),),
         sets=("freeze_cache=off",),
         mechanism=fedmas_weights,
+        seeds=(0, 1, 2),  # 46 min a Fed-MAS run
+        references=False,
         ablations=(
             Ablation(
                 "is it the normalised rescue factor? Fed-MAS with the paper's Eq. 3 as printed "
@@ -656,6 +701,8 @@ METHODS = [
         (Claim("best.global.acc"), Claim("best.global.f1_macro")),
         sets=("partition.alpha=0.1", "sample_fraction=1.0"),
         mechanism=fedcb_geometry,
+        seeds=(0, 1, 2),
+        references=False,
     ),
     Method(
         "FedCB",
@@ -677,6 +724,8 @@ METHODS = [
         (Claim("best.global.acc"), Claim("best.global.f1_macro")),
         mechanism=fedcb_geometry,
         diagnosis=class_separation,
+        seeds=(0, 1, 2),  # 10-19 min a run
+        references=False,
         ablations=(
             Ablation(
                 "is it the class vectors? FedCB with the paper's ablation, a frozen classifier "
@@ -698,6 +747,8 @@ METHODS = [
         (Claim("best.global.acc"), Claim("best.global.f1_macro")),
         sets=("partition.alpha=0.1", "fedcb.temperature=12.5"),
         mechanism=fedcb_geometry,
+        seeds=(0, 1, 2),
+        references=False,
     ),
     Method(
         "Fed-LWR",
@@ -744,6 +795,7 @@ METHODS = [
         reference="fedavg",
         highlight=("c5",),
         mechanism=fedhelp_scores,
+        seeds=(0, 1, 2),
     ),
 ]
 
@@ -763,6 +815,7 @@ class Outside:
     shares: str = ""
     #: what else a reader needs to read the numbers (e.g. which options were left untuned)
     note: str = ""
+    seeds: tuple[int, ...] = SEEDS
 
 
 FLAMBY = Outside(
@@ -787,6 +840,7 @@ FLAMBY = Outside(
     ),
     {"pooled": "about 0.76", "fedavg": "about 0.53 (0.53-0.58 over strategies)"},
     shares="fca",
+    seeds=(0, 1, 2),
     note="Every strategy's own options are fedkit's defaults, untuned (FLamby tuned each "
     "strategy's learning rates on its benchmark): FedProx mu 0.01; FedAdam, FedYogi and "
     "FedAdagrad a server step of eta 0.01, tau 1e-3 on top of the clients' Adam 1e-3, a "
@@ -1159,9 +1213,9 @@ def section(
             []
             if references
             else [
-                "The references `pooled` and `solo` were not run for this section (CPU time: "
-                "`--no-references`); the verdict needs only the baseline and the method, and "
-                "without `pooled` the headroom is not measured.",
+                "The references `pooled` and `solo` were not run for this section (CPU time; "
+                f"`--references {method.slug}` runs them); the verdict needs only the baseline "
+                "and the method, and without `pooled` the headroom is not measured.",
                 "",
             ]
         ),
@@ -1487,7 +1541,12 @@ def not_run(method: Method | Outside) -> dict[str, str]:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke size: 2 rounds")
-    parser.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds (>= 2)")
+    parser.add_argument(
+        "--seeds",
+        default="",
+        help="comma-separated seeds (>= 2) for every section (default: each section's own, "
+        "0-4, or 0-2 where its runs cost hours here)",
+    )
     parser.add_argument("--only", default="", help="comma-separated methods (default all)")
     parser.add_argument(
         "--no-references",
@@ -1495,6 +1554,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="METHODS",
         help="comma-separated methods that run only with their baseline (the verdict), "
         "without pooled and solo (where their runs cost hours here); the page says so",
+    )
+    parser.add_argument(
+        "--references",
+        default="",
+        metavar="METHODS",
+        help="comma-separated methods that run pooled and solo although their section skips "
+        "them by default (FedCB and Fed-MAS, whose runs cost hours here)",
     )
     parser.add_argument(
         "--no-ablations",
@@ -1528,17 +1594,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         "once it exists: the ISIC settings freeze their trunk with `freeze`); the page shows it",
     )
     args = parser.parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
     try:
         executor = executor_for(args.executor, args.jobs, args.address)
     except FedkitError as err:
         parser.error(str(err))
-    if len(seeds) < 2:
+    if seeds is not None and len(seeds) < 2:
         parser.error("--seeds needs at least 2 seeds for paired differences")
     slugs = {m.slug for m in SECTIONS}
-    unknown = [x for x in args.only.split(",") if x and x not in slugs]
-    if unknown:
-        parser.error(f"--only: unknown sections {unknown}; choose from {sorted(slugs)}")
+    for flag in ("only", "no_references", "references", "no_ablations"):
+        unknown = [x for x in getattr(args, flag).split(",") if x and x not in slugs]
+        if unknown:
+            name = "--" + flag.replace("_", "-")
+            parser.error(f"{name}: unknown sections {unknown}; choose from {sorted(slugs)}")
     wanted = [m for m in SECTIONS if not args.only or m.slug in args.only.split(",")]
     seeds_of = {}
     for item in args.seeds_of:
@@ -1559,16 +1627,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         quick += args.sets
         if isinstance(item, Outside):
             lines, line = outside_section(
-                item, quick, seeds_of.get(item.slug, seeds), out, args.jobs, executor
+                item, quick, seeds_of.get(item.slug, seeds or item.seeds), out, args.jobs, executor
             )
         else:
             lines, line = section(
                 item,
                 quick,
-                seeds_of.get(item.slug, seeds),
+                seeds_of.get(item.slug, seeds or item.seeds),
                 out,
                 args.jobs,
-                references=item.slug not in args.no_references.split(","),
+                references=(item.references or item.slug in args.references.split(","))
+                and item.slug not in args.no_references.split(","),
                 executor=executor,
                 ablations=item.slug not in args.no_ablations.split(","),
             )

@@ -351,6 +351,20 @@ def test_fed_mas_mechanism_sets_its_weights_beside_the_data_and_the_class_counts
     assert f"the client MAS cuts most, {ids[0]} (-0.400), changes by -0.200" in lines[2]
     assert lines[4].splitlines()[2].endswith("| -0.200 |")
     assert (tmp_path / page.FIGURES / "x-weights.png").is_file()
+    assert "is the ablation below" in lines[0]
+
+    # the ablation: the paper's Eq. 3 against the normalised factor's runs as its baseline
+    raw_config = {**config, "plugins": ["fed-mas"], "fed-mas": {"rf": "raw"}}
+    raw = Results({**run, "config": raw_config})
+    raw["final"] = {**run["final"], "summary": {**run["final"]["summary"]}}
+    raw["final"]["summary"][f"fed-mas.weight.{ids[0]}"] = 0.8
+    raw["final"]["summary"][f"fed-mas.weight.{ids[1]}"] = 0.2
+    variant = page.Method("Fed-MAS", "x", "", "", "c.yaml", "fed-mas", "raw.yaml", ())
+    lines = page.fedmas_weights(variant, {"fed-mas": [run] * 2, "raw.yaml": [raw] * 2}, tmp_path)
+    assert "paper's Eq. 3 as printed" in lines[0]
+    assert "under the two rescue factors (seed means): 0.3000" in lines[2]  # 0.8 against 0.5
+    assert "1/K normalised: 0.3000" in lines[2]
+    assert (tmp_path / page.FIGURES / "x-weights-raw.png").is_file()
 
 
 def test_fedcbs_mechanism_gives_the_per_round_paired_difference(tmp_path):
@@ -379,6 +393,38 @@ def test_an_unknown_section_is_refused_before_anything_runs(capsys):
     with pytest.raises(SystemExit):
         page.main(["--only", "fca,nope"])
     assert "unknown sections ['nope']" in capsys.readouterr().err
+
+
+def test_by_default_each_section_runs_its_own_seeds_and_references(tmp_path, monkeypatch):
+    """`python benchmarks/results_page.py --jobs 2` regenerates the page as it stands: the
+    sections whose runs cost hours here keep their 3 seeds and skip pooled and solo."""
+    called = {}
+
+    def section(item, quick, seeds, out, jobs, references, executor, ablations):
+        called[item.slug] = (list(seeds), references)
+        return [], {"method": item.name, "cost (h)": "0"}
+
+    def outside(item, quick, seeds, out, jobs, executor):
+        called[item.slug] = (list(seeds), None)
+        return [], {"method": item.name, "cost (h)": "0"}
+
+    monkeypatch.setattr(page, "section", section)
+    monkeypatch.setattr(page, "outside_section", outside)
+    page.main(["--jobs", "2", "--out", str(tmp_path), "--page", str(tmp_path / "page.md")])
+    assert called["fca"] == ([0, 1, 2, 3, 4], True)
+    assert called["fed-mas"] == ([0, 1, 2], False)
+    assert called["flamby"] == ([0, 1, 2], None)
+    assert called["fedcb"] == ([0, 1, 2], False)
+    assert called["fedhelp"] == ([0, 1, 2], True)
+    assert "python benchmarks/results_page.py --jobs 2 --out" in (tmp_path / "page.md").read_text()
+
+    page.main(
+        ["--seeds", "0,1", "--seeds-of", "fca=3,4", "--references", "fedcb",
+         "--no-references", "fca", "--out", str(tmp_path), "--page", str(tmp_path / "p.md")]
+    )  # fmt: skip
+    assert called["fca"] == ([3, 4], False)
+    assert called["fed-mas"] == ([0, 1], False)
+    assert called["fedcb"] == ([0, 1], True)
 
 
 def test_a_section_run_without_its_ablations_names_them():
