@@ -320,17 +320,14 @@ def fedmas_weights(method: Method, runs: Mapping[str, Sequence[Results]], where:
     for row in table:
         if effect:
             row[effect[0]] = f"{effect[1][row['client']]:+.3f}"
-    rf = done[0]["config"].get("fed-mas", {}).get("rf", "normalised")
+    rf = done[0]["config"].get("fed-mas", {}).get("rf", "raw")
     figure = FIGURES / (
-        f"{method.slug}-weights.png" if rf == "normalised" else f"{method.slug}-weights-{rf}.png"
+        f"{method.slug}-weights.png" if rf == "raw" else f"{method.slug}-weights-{rf}.png"
     )
     _plot_weights(weights, shares, figure)
     tv = record["fed-mas.tv_from_size_mean"]
     if rf == "normalised":
-        form = (
-            "The runs use the authors' normalised rescue factor; the paper's Eq. 3 "
-            "(`fed-mas.rf=raw`) is the ablation below, where the section has run it."
-        )
+        form = "These runs use the authors' normalised rescue factor (`fed-mas.rf=normalised`)."
         what = (
             "What the normalised factor measures: with both per-class distance vectors "
             "normalised over the K classes a client has, the factor is K x (1/K)^2 = 1/K "
@@ -342,8 +339,8 @@ def fedmas_weights(method: Method, runs: Mapping[str, Sequence[Results]], where:
         what = (
             "The raw factor also carries how far a client's features lie from the prior's "
             "overall, so unlike the normalised one it need not follow the class count."
-            + _between_forms(runs.get(method.baseline, []), last, clients)
         )
+    what += _between_forms(runs, method.method, last, clients)
     return [
         "**Mechanism: whom MAS weighs.** The paper's mechanism is that the rescue factor moves "
         "the aggregation towards the clients whose features are far from the prior's, not "
@@ -364,20 +361,24 @@ def fedmas_weights(method: Method, runs: Mapping[str, Sequence[Results]], where:
 
 
 def _between_forms(
-    other: Sequence[Results], weights: Mapping[str, float], clients: Sequence[str]
+    runs: Mapping[str, Sequence[Results]],
+    spec: str,
+    weights: Mapping[str, float],
+    clients: Sequence[str],
 ) -> str:
-    """A sentence on how far ``weights`` (the last round's, seed mean) lie from the last
-    round's weights of ``other``, Fed-MAS runs with the other rescue factor; empty when
-    ``other`` recorded none (a baseline without Fed-MAS)."""
-    record = _summaries(other, "fed-mas.weight.")
-    if not all(f"fed-mas.weight.{cid}" in record for cid in clients):
+    """A sentence on how far ``weights`` (``spec``'s last round's, seed mean) lie from the
+    last round's weights of the other Fed-MAS runspec in ``runs``, the other rescue factor;
+    empty when no other runspec recorded Fed-MAS weights."""
+    others = [_summaries(done, "fed-mas.weight.") for other, done in runs.items() if other != spec]
+    found = [r for r in others if all(f"fed-mas.weight.{cid}" in r for cid in clients)]
+    if not found:
         return ""
+    record = found[0]
     theirs = {cid: statistics.fmean(record[f"fed-mas.weight.{cid}"]) for cid in clients}
     tv = 0.5 * sum(abs(weights[cid] - theirs[cid]) for cid in clients)
     return (
         " Total-variation distance between the last round's weights under the two rescue "
-        f"factors (seed means): {tv:.4f} (0: Eq. 3 weighs the clients as the normalised "
-        "factor does)."
+        f"factors (seed means): {tv:.4f} (0: both forms weigh the clients alike)."
     )
 
 
@@ -664,8 +665,8 @@ METHODS = [
         "FedAvg is run again uncached beside it rather than taken from FCA's section (whose "
         "runs see 8 fixed views per image). The prior is a frozen ImageNet "
         "EfficientNet-Lite0 (the only pretrained image encoder offline; the paper: MoCo-v2 "
-        "ResNet-50), the rescue factor the authors' normalised one (`fed-mas.rf=normalised`; "
-        "the paper's Eq. 3 is `raw`).",
+        "ResNet-50), the rescue factor the paper's Eq. 3 (`fed-mas.rf=raw`, fedkit's default; "
+        "the authors' code normalises it, the ablation below).",
         _cfg("isic2019"),
         "fedavg",
         "fed-mas",
@@ -676,11 +677,11 @@ METHODS = [
         references=False,
         ablations=(
             Ablation(
-                "is it the normalised rescue factor? Fed-MAS with the paper's Eq. 3 as printed "
-                "(`fed-mas.rf=raw`: the per-class distance vectors are not normalised, so a "
-                "client's overall distance from the prior also counts) against the authors' "
-                "normalised factor.",
-                ("fed-mas", f"{CONFIGS}/fed-mas-raw.yaml"),
+                "does the form of the rescue factor matter? Fed-MAS with the authors' "
+                "normalised factor (`fed-mas.rf=normalised`: both per-class distance vectors "
+                "normalised to sum 1, so a client's overall distance from the prior no longer "
+                "counts) beside the section's FedAvg and Fed-MAS with the paper's Eq. 3.",
+                ("fedavg", "fed-mas", f"{CONFIGS}/fed-mas-normalised.yaml"),
             ),
         ),
     ),
@@ -1422,7 +1423,9 @@ def ablation_section(
         "",
         markdown_table(found.table, keys, headers=[label(k) for k in keys], labels=found.labels),
         rows_markdown(diff_rows(found.diff, keys)),
-        answer(method, found, runs, ablation.runspecs[0], ablation.runspecs[-1]),
+        convergence_note(found.convergence),
+        "",
+        answer(method, found, runs, ablation.runspecs),
         "",
     ]
     if method.mechanism is not None:  # the mechanism of the ablation's last runspec
@@ -1435,15 +1438,14 @@ def answer(
     method: Method,
     found: Comparison,
     runs: Mapping[str, Sequence[Results]],
-    first: str,
-    last: str,
+    runspecs: Sequence[str],
 ) -> str:
-    """The ablation's answer: per claimed number, ``last`` minus ``first`` and whether it
-    is more than seed noise."""
-    tested, _ = paired_numbers(method, found, runs, last, first)
+    """The ablation's answer: per claimed number, its last runspec minus each of the others
+    and whether that is more than seed noise."""
     parts = [
         f"{t.text}: {'a difference' if t.significant else 'no difference beyond seed noise'}."
-        for t in tested
+        for other in runspecs[:-1]
+        for t in paired_numbers(method, found, runs, runspecs[-1], other)[0]
     ]
     return "**Answer.** " + " ".join(parts) if parts else ""
 

@@ -91,6 +91,23 @@ def test_a_claim_is_reproduced_only_when_its_paired_interval_excludes_zero_its_w
     assert verdict == "not reproduced" and "significantly worse" in said[0]
 
 
+def test_an_ablations_answer_sets_its_last_runspec_against_each_of_the_others():
+    """Fed-MAS's ablation: Eq. 3 against FedAvg (the paper's claim) and against the
+    normalised factor (the question); a two-runspec ablation gives one answer per number."""
+    claim = _method(page.Claim("final.global.bacc"))
+    found = _found(
+        {
+            "fedavg": {"final.global.bacc": [0.41, 0.43, 0.40, 0.42, 0.41]},
+            "fed-mas": {"final.global.bacc": [0.30, 0.31, 0.30, 0.29, 0.31]},
+            "raw": {"final.global.bacc": [0.42, 0.43, 0.40, 0.43, 0.42]},
+        }
+    )
+    said = page.answer(claim, found, {}, ("fedavg", "fed-mas", "raw"))
+    assert "raw minus fedavg: +0.0060" in said and "no difference beyond seed noise" in said
+    assert "raw minus fed-mas: +0.1180" in said and "a difference" in said
+    assert "minus fedavg" not in page.answer(claim, found, {}, ("fed-mas", "raw"))
+
+
 def test_a_verdicts_interval_stays_inside_the_metrics_range_as_the_table_does():
     """An accuracy difference lies in [-1, 1]: the verdict's t-interval is clipped there,
     as the paired-difference table (fedkit compare) clips it (FedCB at Dir 0.1 printed
@@ -324,6 +341,7 @@ def test_fed_mas_mechanism_sets_its_weights_beside_the_data_and_the_class_counts
         }
 
     config = tiny(task={"sites": 2})  # both sites hold every class
+    config = {**config, "plugins": ["fed-mas"], "fed-mas": {"rf": "normalised"}}
     ids = [f"site{i}" for i in range(2)]
     rounds = [{"round": k, "summary": summary(w)} for k, w in ((1, 0.6), (2, 0.5))]
     run = Results({"task": {"client_ids": ids}, "config": config, "rounds": rounds, "final": {}})
@@ -350,11 +368,11 @@ def test_fed_mas_mechanism_sets_its_weights_beside_the_data_and_the_class_counts
     assert "have Spearman +1.00 over the 2 clients" in lines[2]
     assert f"the client MAS cuts most, {ids[0]} (-0.400), changes by -0.200" in lines[2]
     assert lines[4].splitlines()[2].endswith("| -0.200 |")
-    assert (tmp_path / page.FIGURES / "x-weights.png").is_file()
-    assert "is the ablation below" in lines[0]
+    assert (tmp_path / page.FIGURES / "x-weights-normalised.png").is_file()
+    assert "the authors' normalised rescue factor" in lines[0]
 
-    # the ablation: the paper's Eq. 3 against the normalised factor's runs as its baseline
-    raw_config = {**config, "plugins": ["fed-mas"], "fed-mas": {"rf": "raw"}}
+    # the paper's Eq. 3 (the default) beside the normalised factor's runs
+    raw_config = {**config, "fed-mas": {"rf": "raw"}}
     raw = Results({**run, "config": raw_config})
     raw["final"] = {**run["final"], "summary": {**run["final"]["summary"]}}
     raw["final"]["summary"][f"fed-mas.weight.{ids[0]}"] = 0.8
@@ -364,7 +382,7 @@ def test_fed_mas_mechanism_sets_its_weights_beside_the_data_and_the_class_counts
     assert "paper's Eq. 3 as printed" in lines[0]
     assert "under the two rescue factors (seed means): 0.3000" in lines[2]  # 0.8 against 0.5
     assert "1/K normalised: 0.3000" in lines[2]
-    assert (tmp_path / page.FIGURES / "x-weights-raw.png").is_file()
+    assert (tmp_path / page.FIGURES / "x-weights.png").is_file()
 
 
 def test_fedcbs_mechanism_gives_the_per_round_paired_difference(tmp_path):

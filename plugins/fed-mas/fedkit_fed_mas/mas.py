@@ -30,12 +30,13 @@ def add_per_class(
     counts.index_add_(0, labels, torch.ones_like(labels, dtype=counts.dtype))
 
 
-#: rescue-factor forms: the authors' code (normalised vectors) and the paper's Eq. 3 (raw)
+#: rescue-factor forms: the paper's Eq. 3 (raw, the default) and the authors' code
+#: (normalised vectors)
 NORMALISED, RAW = "normalised", "raw"
 
 
 def rescue_factor(
-    w: torch.Tensor, w_hat: torch.Tensor, present: torch.Tensor, form: str = NORMALISED
+    w: torch.Tensor, w_hat: torch.Tensor, present: torch.Tensor, form: str = RAW
 ) -> float:
     """The rescue factor over the ``present`` classes.
 

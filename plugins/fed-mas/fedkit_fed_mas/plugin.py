@@ -91,10 +91,10 @@ def fedkit_options():
         Option(
             "rf",
             str,
-            NORMALISED,
-            "rescue factor: normalised (the authors' code: both per-class vectors normalised "
-            "to sum 1, only their shape counts) or raw (the paper's Eq. 3, sum_k w_k w_hat_k: "
-            "also how far the client is from the prior overall)",
+            RAW,
+            "rescue factor: raw (the paper's Eq. 3, sum_k w_k w_hat_k: also how far the "
+            "client is from the prior overall) or normalised (the authors' code: both "
+            "per-class vectors normalised to sum 1, only their shape counts)",
             choices=(NORMALISED, RAW),
         ),
         Option(
