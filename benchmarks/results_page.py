@@ -673,7 +673,7 @@ METHODS = [
         (Claim("final.global.bacc"),),
         sets=("freeze_cache=off",),
         mechanism=fedmas_weights,
-        seeds=(0, 1, 2),  # 46 min a Fed-MAS run
+        seeds=(0, 1, 2),  # about an hour a Fed-MAS run
         references=False,
         ablations=(
             Ablation(
