@@ -320,13 +320,15 @@ def fedmas_weights(method: Method, runs: Mapping[str, Sequence[Results]], where:
     for row in table:
         if effect:
             row[effect[0]] = f"{effect[1][row['client']]:+.3f}"
-    rf = done[0]["config"].get("fed-mas", {}).get("rf", "raw")
+    from fedkit_fed_mas.mas import NORMALISED, RAW
+
+    rf = done[0]["config"].get("fed-mas", {}).get("rf", RAW)  # a config without it: the default
     figure = FIGURES / (
-        f"{method.slug}-weights.png" if rf == "raw" else f"{method.slug}-weights-{rf}.png"
+        f"{method.slug}-weights.png" if rf == RAW else f"{method.slug}-weights-{rf}.png"
     )
     _plot_weights(weights, shares, figure)
     tv = record["fed-mas.tv_from_size_mean"]
-    if rf == "normalised":
+    if rf == NORMALISED:
         form = "These runs use the authors' normalised rescue factor (`fed-mas.rf=normalised`)."
         what = (
             "What the normalised factor measures: with both per-class distance vectors "
@@ -1627,15 +1629,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     for n, item in enumerate(wanted):
         quick = list(getattr(item, "quick", ("rounds=2",))) if args.quick else []
         quick += args.sets
+        chosen = seeds_of.get(item.slug, seeds or list(item.seeds))
         if isinstance(item, Outside):
-            lines, line = outside_section(
-                item, quick, seeds_of.get(item.slug, seeds or item.seeds), out, args.jobs, executor
-            )
+            lines, line = outside_section(item, quick, chosen, out, args.jobs, executor)
         else:
             lines, line = section(
                 item,
                 quick,
-                seeds_of.get(item.slug, seeds or item.seeds),
+                chosen,
                 out,
                 args.jobs,
                 references=(item.references or item.slug in args.references.split(","))

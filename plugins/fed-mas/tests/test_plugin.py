@@ -323,13 +323,17 @@ class PersonalHeadLoss:
         return "personal"
 
 
-def test_mas_aggregation_combines_with_another_plugins_local_loss():
+@pytest.mark.parametrize("form", ["raw", "normalised"])
+def test_mas_aggregation_combines_with_another_plugins_local_loss(form):
     other = PersonalHeadLoss()
-    results = run(fed_mas_config(), plugins={"fed-mas": plugin, "other": other})
+    results = run(fed_mas_config(rf=form), plugins={"fed-mas": plugin, "other": other})
+    # Eq. 3 sums K products of distances in [0, 4]; the normalised form is a product of two
+    # distributions over the K classes, at most 1
+    bound = 16 * len(results["task"]["class_names"]) if form == "raw" else 1
     for record in results["rounds"]:
         for scalars in record["train"].values():
             assert {"loss.other.personal", "loss.fed-mas.kd", "loss.fed-mas.aux"} <= set(scalars)
-            assert scalars["fed-mas.rf"] > 0  # Eq. 3: a sum of distances in [0, 4]
+            assert 0 < scalars["fed-mas.rf"] <= bound
     assert set(results.final["clients"]) == {"site0", "site1", "site2"}
     # the aggregator of the combination is MAS, and the personal head stays private
     server, _ = _server()
